@@ -1,0 +1,332 @@
+/* alloc.c — the shoal_* API: malloc and free around the inline fast paths
+ * of alloc.h, and calloc, realloc, the aligned family and usable size.
+ *
+ * Bad pointers are caught where the layout makes it cheap: a pointer not in
+ * any segment, a pointer that is not a block start, a block whose key word
+ * says it is already free. Each gets one line on stderr naming the kind and
+ * the address, then abort (SHOAL_ABORT_ON_ERROR=0: the call is ignored). */
+#include "alloc.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* ---- errors ---- */
+
+slow_path void report_bad_pointer(const char *function, const void *p, const char *kind) {
+  bool abort_now = option(SHOAL_OPTION_ABORT_ON_ERROR) != 0;
+  if (strcmp(kind, "double free") == 0)
+    message("%s(): double free of %p%s", function, p, abort_now ? "" : " (ignored)");
+  else
+    message("%s(): %p %s%s", function, p, kind, abort_now ? "" : " (ignored)");
+  if (abort_now) os_abort();
+}
+
+static const char *const NOT_OURS = "was not allocated by shoal";
+static const char *const INSIDE = "points inside a block";
+
+/* The block a pointer designates, or NULL after reporting why it is bad.
+ * Accepts interior pointers of aligned large blocks. */
+static shoal_block_t *block_lookup(const void *p, const char *function, shoal_page_t **page_out) {
+  shoal_segment_t *segment = segment_find(p);
+  if (segment == NULL) {
+    report_bad_pointer(function, p, NOT_OURS);
+    return NULL;
+  }
+  shoal_page_t *page = segment_page_of(segment, p);
+  *page_out = page;
+  if (segment->kind == SEGMENT_HUGE) page = *page_out = &segment->pages[0];
+  if (page->size_class == CLASS_NONE) {
+    bool at_slice = ((uintptr_t)p & (SLICE_SIZE - 1)) == 0 && segment->kind == SEGMENT_NORMAL;
+    report_bad_pointer(function, p, at_slice ? "double free" : NOT_OURS);
+    return NULL;
+  }
+  uint8_t *start = page->start;
+  if (page->size_class == CLASS_HUGE || page->size_class == CLASS_LARGE) {
+    if ((const uint8_t *)p == start ||
+        (page->has_aligned && (const uint8_t *)p > start &&
+         (const uint8_t *)p < (uint8_t *)segment + (page->size_class == CLASS_HUGE
+                                                        ? segment->size
+                                                        : (size_t)start - (size_t)segment +
+                                                              page->block_size)))
+      return (shoal_block_t *)start;
+    report_bad_pointer(function, p, (const uint8_t *)p > start ? INSIDE : NOT_OURS);
+    return NULL;
+  }
+  if ((const uint8_t *)p < start || !page_is_block_start(page, p)) {
+    report_bad_pointer(function, p, INSIDE);
+    return NULL;
+  }
+  return (shoal_block_t *)p;
+}
+
+/* ---- free ---- */
+
+/* A local free that emptied the page or hit a parked page. */
+void heap_page_freed(shoal_heap_t *heap, shoal_page_t *page) {
+  if (page->in_full) {
+    if (!page_unpark(page)) return; /* a notification is on its way: the drain decides */
+    page->in_full = 0;
+    if (page->prev != NULL) page->prev->next = page->next;
+    else heap->full.first = page->next;
+    if (page->next != NULL) page->next->prev = page->prev;
+    else heap->full.last = page->prev;
+    page->next = page->prev = NULL;
+    if (page->size_class == CLASS_LARGE) {
+      heap_page_retire(heap, page);
+      return;
+    }
+    heap_queue_push(heap, page);
+  }
+  if (page->used == 0) heap_page_retire(heap, page);
+}
+
+/* The block belongs to another heap, to a huge segment, or to no page. */
+void free_not_local(shoal_page_t *page, shoal_block_t *block) {
+  if (page->size_class == CLASS_NONE || page->size_class == CLASS_HUGE) {
+    free_slow(block, 0);
+    return;
+  }
+  shoal_heap_t *heap = thread_heap;
+  if (unlikely(heap == &heap_empty)) heap = heap_get_or_create();
+  if (heap != NULL) {
+    counter_add(&heap->counters.freed_blocks, 1);
+    counter_add(&heap->counters.freed_bytes, page->block_size);
+    counter_add(&heap->counters.remote_frees, 1);
+  }
+  block->key = free_key;
+  uintptr_t head = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
+  do {
+    block->next = (shoal_block_t *)(head & ~(uintptr_t)1);
+  } while (!atomic_compare_exchange_weak_explicit(&page->xthread_free, &head, (uintptr_t)block,
+                                                  memory_order_release, memory_order_relaxed));
+  if (head & 1) page_notify_owner(page);
+}
+
+static void free_huge(shoal_segment_t *segment, shoal_block_t *block, const void *p) {
+  if (block->key == free_key) {
+    report_bad_pointer("free", p, "double free");
+    return;
+  }
+  shoal_heap_t *heap = thread_heap;
+  if (heap != &heap_empty) {
+    counter_add(&heap->counters.freed_blocks, 1);
+    counter_add(&heap->counters.freed_bytes, huge_usable_size(segment, block));
+  } else {
+    /* Rare: a thread whose first act is freeing a huge block. */
+    heap = heap_get_or_create();
+    if (heap != NULL) {
+      counter_add(&heap->counters.freed_blocks, 1);
+      counter_add(&heap->counters.freed_bytes, huge_usable_size(segment, block));
+    }
+  }
+  block->key = free_key;
+  huge_free(segment);
+}
+
+slow_path void free_slow(void *p, size_t size_hint) {
+  if (p == NULL) return;
+  int saved_errno = errno;
+  shoal_page_t *page;
+  shoal_block_t *block = block_lookup(p, "free", &page);
+  if (block == NULL) goto done;
+  shoal_segment_t *segment = segment_of(page);
+  if (size_hint != 0) {
+    size_t usable = page->size_class == CLASS_HUGE ? huge_usable_size(segment, block)
+                                                   : page->block_size;
+    if (size_hint > usable) {
+      report_bad_pointer("free", p, "was freed with a size larger than its block");
+      goto done;
+    }
+  }
+  if (page->size_class == CLASS_HUGE) {
+    free_huge(segment, block, p);
+    goto done;
+  }
+  if (block->key == free_key) {
+    report_bad_pointer("free", p, "double free");
+    goto done;
+  }
+  /* An aligned large block freed by its interior pointer, or a block whose
+   * sized delete took us here: the ordinary path now. */
+  shoal_heap_t *heap = thread_heap;
+  if (atomic_load_explicit(&page->owner, memory_order_relaxed) == (uintptr_t)heap) {
+    block->next = page->local_free;
+    block->key = free_key;
+    page->local_free = block;
+    counter_add(&heap->counters.freed_blocks, 1);
+    counter_add(&heap->counters.freed_bytes, page->block_size);
+    if (--page->used == 0 || page->in_full) heap_page_freed(heap, page);
+  } else {
+    free_not_local(page, block);
+  }
+done:
+  errno = saved_errno;
+}
+
+exported void shoal_free(void *p) { free_fast(p, 0); }
+
+exported void shoal_free_sized(void *p, size_t size) { free_fast(p, size); }
+
+/* ---- malloc ---- */
+
+out_of_line void *alloc_generic(shoal_heap_t *heap, size_t size) {
+  return heap_malloc_slow(heap, size);
+}
+
+exported void *shoal_malloc(size_t size) { return alloc_fast(size); }
+
+/* ---- calloc: skip zeroing memory fresh from the OS ---- */
+
+static void *zero_block(void *p, size_t size) {
+  shoal_segment_t *segment = segment_of(p);
+  shoal_page_t *page = segment->kind == SEGMENT_HUGE ? &segment->pages[0]
+                                                     : segment_page_of(segment, p);
+  if (page->is_zero) ((shoal_block_t *)p)->next = NULL; /* only the link was written */
+  else memset(p, 0, size);
+  return p;
+}
+
+exported void *shoal_calloc(size_t count, size_t size) {
+  size_t total;
+  if (unlikely(__builtin_mul_overflow(count, size, &total))) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  void *p = alloc_fast(total);
+  return p == NULL ? NULL : zero_block(p, total);
+}
+
+/* ---- aligned ---- */
+
+/* Every class is a multiple of the alignments its size allows (size_class.c)
+ * and pages start on 64 KiB, so rounding the size up to the alignment is
+ * enough below MEDIUM_MAX. */
+static void *alloc_aligned(size_t alignment, size_t size) {
+  if (alignment <= WORD_SIZE) return alloc_fast(size);
+  if (size == 0) size = 1;
+  size_t rounded = (size + alignment - 1) & ~(alignment - 1);
+  if (rounded < size || size > PTRDIFF_MAX) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  if (rounded <= MEDIUM_MAX && alignment <= SLICE_SIZE) return alloc_fast(rounded);
+  shoal_heap_t *heap = thread_heap;
+  if (heap == &heap_empty && (heap = heap_get_or_create()) == NULL) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return heap_malloc_large(heap, size, alignment);
+}
+
+static bool is_power_of_two(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
+
+exported int shoal_posix_memalign(void **result, size_t alignment, size_t size) {
+  if (!is_power_of_two(alignment) || alignment % sizeof(void *) != 0) return EINVAL;
+  int saved_errno = errno;
+  void *p = alloc_aligned(alignment, size);
+  errno = saved_errno;
+  if (p == NULL) return ENOMEM;
+  *result = p;
+  return 0;
+}
+
+exported void *shoal_aligned_alloc(size_t alignment, size_t size) {
+  if (!is_power_of_two(alignment)) {
+    errno = EINVAL;
+    return NULL;
+  }
+  return alloc_aligned(alignment, size);
+}
+
+exported void *shoal_memalign(size_t alignment, size_t size) {
+  if (alignment <= WORD_SIZE) return alloc_fast(size);
+  if (!is_power_of_two(alignment)) { /* glibc rounds up to a power of two */
+    if (alignment > ((size_t)1 << 62)) {
+      errno = EINVAL;
+      return NULL;
+    }
+    alignment = (size_t)1 << (64 - __builtin_clzll(alignment));
+  }
+  return alloc_aligned(alignment, size);
+}
+
+exported void *shoal_valloc(size_t size) { return alloc_aligned(os_page_size(), size); }
+
+exported void *shoal_pvalloc(size_t size) {
+  size_t page = os_page_size();
+  size_t rounded = (size + page - 1) & ~(page - 1);
+  if (rounded < size) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return alloc_aligned(page, rounded == 0 ? page : rounded);
+}
+
+/* ---- usable size ---- */
+
+static size_t usable_size_of(const void *p, const char *function) {
+  if (p == NULL) return 0;
+  shoal_page_t *page;
+  shoal_block_t *block = block_lookup(p, function, &page);
+  if (block == NULL) return 0;
+  if (page->size_class == CLASS_HUGE) return huge_usable_size(segment_of(page), p);
+  return (size_t)((uint8_t *)block + page->block_size - (const uint8_t *)p);
+}
+
+exported size_t shoal_malloc_usable_size(const void *p) {
+  return usable_size_of(p, "malloc_usable_size");
+}
+
+exported bool shoal_owns(const void *p) { return segment_find(p) != NULL; }
+
+/* ---- realloc ---- */
+
+/* FastMM's growth rule (seed 003): a small block grows to 2x+32, a bigger
+ * one by a quarter, so appending a byte at a time copies rarely. */
+static size_t realloc_target(size_t usable, size_t size) {
+  if (!option(SHOAL_OPTION_REALLOC_GROWTH) || size > LARGE_MAX) return size;
+  size_t target = usable <= 2560 ? 2 * usable + 32 : usable + usable / 4;
+  return size < target ? target : size;
+}
+
+exported void *shoal_realloc(void *p, size_t size) {
+  if (p == NULL) return alloc_fast(size);
+  if (size == 0) {
+    free_fast(p, 0);
+    return NULL;
+  }
+  size_t usable = usable_size_of(p, "realloc");
+  if (usable == 0) {
+    errno = EINVAL;
+    return NULL;
+  }
+  if (size <= usable && size >= usable / 2) return p; /* fits, wastes at most half */
+  shoal_segment_t *segment = segment_find(p);
+  if (segment->kind == SEGMENT_HUGE && size > LARGE_MAX && !segment->pages[0].has_aligned) {
+    void *moved = huge_realloc(segment, size);
+    if (moved != NULL || size > PTRDIFF_MAX) {
+      if (moved == NULL) errno = ENOMEM;
+      return moved;
+    }
+  }
+  if (size > PTRDIFF_MAX) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  void *fresh = NULL;
+  if (size > usable) fresh = alloc_fast(realloc_target(usable, size));
+  if (fresh == NULL) fresh = alloc_fast(size);
+  if (fresh == NULL) return NULL;
+  memcpy(fresh, p, size < usable ? size : usable);
+  free_fast(p, 0);
+  return fresh;
+}
+
+exported void *shoal_reallocarray(void *p, size_t count, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(count, size, &total)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return shoal_realloc(p, total);
+}

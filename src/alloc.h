@@ -1,0 +1,57 @@
+/* alloc.h — the two fast paths, inline so that every exported name (alloc.c,
+ * exports.c) is the whole path with no extra call.
+ *
+ * malloc: one TLS load, one table load (direct_page), a pop.
+ * free:   a segment-map byte, a mask, the page descriptor, a multiply that
+ *         checks the pointer is a block start, the double-free key, and a
+ *         push on the page's local list when this thread owns it.
+ * Each has one unlikely exit to a noinline function. */
+#ifndef SHOAL_ALLOC_H
+#define SHOAL_ALLOC_H
+
+#include "internal.h"
+
+void *alloc_generic(shoal_heap_t *heap, size_t size);
+void free_slow(void *p, size_t size_hint);
+void free_not_local(shoal_page_t *page, shoal_block_t *block);
+void heap_page_freed(shoal_heap_t *heap, shoal_page_t *page);
+
+fast_path void *alloc_fast(size_t size) {
+  shoal_heap_t *heap = thread_heap;
+  if (likely(size <= DIRECT_MAX)) {
+    shoal_page_t *page = heap->direct_page[(size + WORD_SIZE - 1) / WORD_SIZE];
+    shoal_block_t *block = page->free;
+    if (likely(block != NULL)) {
+      page->free = block->next;
+      page->used++;
+      block->key = 0;
+      counter_add(&heap->counters.allocated_blocks, 1);
+      counter_add(&heap->counters.allocated_bytes, page->block_size);
+      return block;
+    }
+  }
+  return alloc_generic(heap, size);
+}
+
+/* size_hint: the size the caller says it allocated (sized delete), or 0. */
+fast_path void free_fast(void *p, size_t size_hint) {
+  if (unlikely(!segment_map_is_head(p))) return free_slow(p, size_hint);
+  shoal_page_t *page = segment_page_of(segment_of(p), p);
+  shoal_block_t *block = p;
+  if (unlikely(!page_is_block_start(page, p) || block->key == free_key ||
+               size_hint > page->block_size))
+    return free_slow(p, size_hint);
+  shoal_heap_t *heap = thread_heap;
+  if (likely(atomic_load_explicit(&page->owner, memory_order_relaxed) == (uintptr_t)heap)) {
+    block->next = page->local_free;
+    block->key = free_key;
+    page->local_free = block;
+    counter_add(&heap->counters.freed_blocks, 1);
+    counter_add(&heap->counters.freed_bytes, page->block_size);
+    if (unlikely(--page->used == 0 || page->in_full)) heap_page_freed(heap, page);
+    return;
+  }
+  free_not_local(page, block);
+}
+
+#endif /* SHOAL_ALLOC_H */

@@ -1,0 +1,205 @@
+/* arena.c — what threads share: cached segments and the heap registry.
+ *
+ * The only place with a lock (arena_lock, lock.c's spin-yield-futex). It is
+ * taken when a segment is fetched or returned and when a thread starts or
+ * ends, never on the path of an ordinary malloc or free. Lock order: the
+ * arena lock, then the huge-block lock (large.c); neither is held while
+ * calling into a heap.
+ *
+ * Heaps are carved from chunks that are never unmapped, so a remote free can
+ * always reach the heap named by a page, whatever became of its thread. */
+#include "internal.h"
+
+#include <string.h>
+
+#define ARENA_CACHED_SEGMENTS 4
+#define HEAP_CHUNK_SIZE       ((size_t)256 * 1024)
+
+shoal_lock_t arena_lock = SHOAL_LOCK_INIT;
+
+static struct {
+  shoal_segment_t *cached[ARENA_CACHED_SEGMENTS]; /* (arena) empty, purged segments */
+  size_t cached_count;                            /* (arena) */
+  _Atomic(shoal_heap_t *) registered;             /* every heap; append only */
+  shoal_heap_t *abandoned;                        /* (arena) heaps of exited threads */
+  size_t abandoned_count;                         /* (arena) */
+  uint8_t *heap_chunk;                            /* (arena) where the next heap is carved */
+  size_t heap_chunk_left;                         /* (arena) */
+  _Atomic(size_t) heap_count;
+} arena;
+
+static void segment_reset_header(shoal_segment_t *segment) {
+  segment->heap = NULL;
+  segment->next = segment->prev = NULL;
+  segment->free_slices = SLICES_ALL & ~SLICE_HEADER_BITS;
+  segment->size = SEGMENT_SIZE;
+  segment->kind = SEGMENT_NORMAL;
+  memset(segment->pages, 0, sizeof segment->pages);
+  for (size_t i = 0; i < SLICES_PER_SEGMENT; i++) {
+    segment->slice_page[i] = (uint8_t)i;
+    segment->pages[i].size_class = CLASS_NONE;
+  }
+}
+
+shoal_segment_t *arena_segment_acquire(void) {
+  shoal_segment_t *segment = NULL;
+  lock_acquire(&arena_lock);
+  if (arena.cached_count > 0) segment = arena.cached[--arena.cached_count];
+  lock_release(&arena_lock);
+  if (segment == NULL) {
+    segment = os_map_aligned(SEGMENT_SIZE, SEGMENT_SIZE);
+    if (segment == NULL) return NULL;
+    segment->dirty_slices = SLICE_HEADER_BITS;
+    segment_map_set(segment, SEGMENT_SIZE, 1);
+  }
+  segment_reset_header(segment);
+  atomic_fetch_add_explicit(&stat_segments, 1, memory_order_relaxed);
+  return segment;
+}
+
+/* An empty segment: purge its slices now (it may sit unused for long) and
+ * keep a few mapped so that thread churn does not churn mmap. */
+void arena_segment_release(shoal_segment_t *segment) {
+  segment->free_slices = SLICES_ALL & ~SLICE_HEADER_BITS;
+  uint64_t dirty = segment->dirty_slices & ~SLICE_HEADER_BITS;
+  if (dirty != 0) {
+    size_t first = (size_t)__builtin_ctzll(dirty);
+    size_t last = 63 - (size_t)__builtin_clzll(dirty);
+    os_purge((uint8_t *)segment + first * SLICE_SIZE, (last - first + 1) * SLICE_SIZE);
+    segment->dirty_slices = SLICE_HEADER_BITS;
+  }
+  atomic_fetch_sub_explicit(&stat_segments, 1, memory_order_relaxed);
+  lock_acquire(&arena_lock);
+  if (arena.cached_count < ARENA_CACHED_SEGMENTS) {
+    arena.cached[arena.cached_count++] = segment;
+    segment = NULL;
+  }
+  lock_release(&arena_lock);
+  if (segment != NULL) {
+    segment_map_set(segment, SEGMENT_SIZE, 0);
+    os_unmap(segment, SEGMENT_SIZE);
+  }
+}
+
+void arena_cache_trim(bool force) {
+  if (!force) return; /* cached segments are purged already; keep them mapped */
+  lock_acquire(&arena_lock);
+  size_t count = arena.cached_count;
+  shoal_segment_t *segments[ARENA_CACHED_SEGMENTS];
+  memcpy(segments, arena.cached, count * sizeof segments[0]);
+  arena.cached_count = 0;
+  lock_release(&arena_lock);
+  for (size_t i = 0; i < count; i++) {
+    segment_map_set(segments[i], SEGMENT_SIZE, 0);
+    os_unmap(segments[i], SEGMENT_SIZE);
+  }
+}
+
+static shoal_heap_t *heap_carve(void) {
+  size_t size = (sizeof(shoal_heap_t) + 63) & ~(size_t)63;
+  if (arena.heap_chunk_left < size) {
+    uint8_t *chunk = os_map_aligned(HEAP_CHUNK_SIZE, os_page_size());
+    if (chunk == NULL) return NULL;
+    arena.heap_chunk = chunk;
+    arena.heap_chunk_left = HEAP_CHUNK_SIZE;
+  }
+  shoal_heap_t *heap = (shoal_heap_t *)arena.heap_chunk;
+  arena.heap_chunk += size;
+  arena.heap_chunk_left -= size;
+  for (size_t i = 0; i < DIRECT_SLOTS; i++) heap->direct_page[i] = &page_empty;
+  heap->next_registered = atomic_load_explicit(&arena.registered, memory_order_relaxed);
+  atomic_store_explicit(&arena.registered, heap, memory_order_release);
+  atomic_fetch_add_explicit(&arena.heap_count, 1, memory_order_relaxed);
+  return heap;
+}
+
+/* A heap for a starting thread: a dead thread's heap when there is one (its
+ * pages get used again), a new one otherwise. */
+shoal_heap_t *arena_heap_new_or_adopt(bool *adopted) {
+  lock_acquire(&arena_lock);
+  shoal_heap_t *heap;
+  for (;;) {
+    heap = arena.abandoned;
+    if (heap == NULL) {
+      heap = heap_carve();
+      break;
+    }
+    arena.abandoned = heap->next_abandoned;
+    arena.abandoned_count--;
+    heap->next_abandoned = NULL;
+    if (atomic_load_explicit(&heap->state, memory_order_relaxed) != HEAP_ORPHAN) break;
+  }
+  lock_release(&arena_lock);
+  *adopted = false;
+  if (heap == NULL) return NULL;
+  if (atomic_load_explicit(&heap->state, memory_order_relaxed) == HEAP_LIVE) return heap;
+  /* Wait out a thread servicing it: that is a short, bounded drain. */
+  for (int round = 0;; round++) {
+    int expected = HEAP_ABANDONED;
+    if (atomic_compare_exchange_weak_explicit(&heap->state, &expected, HEAP_LIVE,
+                                              memory_order_seq_cst, memory_order_relaxed))
+      break;
+    if (round > 16) os_yield();
+  }
+  *adopted = true;
+  return heap;
+}
+
+void arena_heap_abandoned(shoal_heap_t *heap) {
+  lock_acquire(&arena_lock);
+  heap->next_abandoned = arena.abandoned;
+  arena.abandoned = heap;
+  arena.abandoned_count++;
+  lock_release(&arena_lock);
+}
+
+void arena_for_each_heap(void (*visit)(shoal_heap_t *heap, void *context), void *context) {
+  for (shoal_heap_t *heap = atomic_load_explicit(&arena.registered, memory_order_acquire);
+       heap != NULL; heap = heap->next_registered)
+    visit(heap, context);
+}
+
+static void service_if_abandoned(shoal_heap_t *heap, void *context) {
+  (void)context;
+  if (atomic_load_explicit(&heap->state, memory_order_seq_cst) == HEAP_ABANDONED)
+    heap_service_abandoned(heap);
+}
+
+void arena_service_all_abandoned(void) { arena_for_each_heap(service_if_abandoned, NULL); }
+
+size_t arena_heap_count(size_t *abandoned) {
+  lock_acquire(&arena_lock);
+  *abandoned = arena.abandoned_count;
+  lock_release(&arena_lock);
+  return atomic_load_explicit(&arena.heap_count, memory_order_relaxed);
+}
+
+/* ---- fork: the child must be able to allocate at once ---- */
+
+static bool arena_locked_for_fork;
+
+void arena_fork_prepare(void) {
+  /* A fork from a signal handler that interrupted this very thread inside
+   * the arena must not wait on itself. */
+  arena_locked_for_fork = !lock_held_by_me(&arena_lock);
+  if (arena_locked_for_fork) lock_acquire(&arena_lock);
+}
+
+void arena_fork_parent(void) {
+  if (arena_locked_for_fork) lock_release(&arena_lock);
+}
+
+static void orphan_other_heaps(shoal_heap_t *heap, void *context) {
+  if (heap == context) return;
+  int state = atomic_load_explicit(&heap->state, memory_order_relaxed);
+  if (state == HEAP_LIVE || state == HEAP_SERVICING) /* abandoned ones were quiet: keep them */
+    atomic_store_explicit(&heap->state, HEAP_ORPHAN, memory_order_relaxed);
+}
+
+/* In the child only this thread survives. Other threads' heaps may have
+ * been mid-update: never adopt or service them (their memory stays with
+ * them; a child that lives on leaks it rather than risk corruption). */
+void arena_fork_child(void) {
+  lock_reset(&arena_lock);
+  arena_for_each_heap(orphan_other_heaps, thread_heap);
+}

@@ -1,0 +1,341 @@
+/* heap.c — one heap per thread: page queues and the malloc slow path.
+ *
+ * Call tree of an allocation (alloc.c holds the fast path):
+ *   shoal_malloc -> direct_page[size/8]->free pop              (fast, inline)
+ *     `-> heap_malloc_slow                                      (this file)
+ *           |-> heap_get_or_create      first call of a thread
+ *           |-> heap_drain_notified     parked pages that got remote frees
+ *           |-> heap_find_page          collect / extend / park the queue's pages
+ *           |     `-> segment_page_alloc   fresh page when none has room
+ *           `-> heap_malloc_large       single-block pages, huge blocks
+ *
+ * Only the owner thread touches a heap's queues, except that a dead
+ * thread's heap is serviced (state SERVICING) by a thread freeing into it,
+ * and adopted whole (state LIVE again) by a new thread. */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+
+shoal_page_t page_empty;
+shoal_heap_t heap_empty = {
+    .direct_page = {[0 ... DIRECT_SLOTS - 1] = &page_empty},
+};
+__attribute__((tls_model("initial-exec"))) _Thread_local shoal_heap_t *thread_heap = &heap_empty;
+
+extern pthread_key_t heap_exit_key;
+
+/* ---- queues ---- */
+
+/* Keep direct_page in step with the first page of each small class. */
+static void heap_direct_update(shoal_heap_t *heap, uint8_t size_class) {
+  if (class_block_size[size_class] > DIRECT_MAX) return;
+  shoal_page_t *page = heap->queues[size_class].first;
+  if (page == NULL) page = &page_empty;
+  size_t slot = (size_t)(class_block_size[size_class] / WORD_SIZE);
+  while (direct_class[slot] == size_class) {
+    heap->direct_page[slot] = page;
+    if (slot == 0) break;
+    slot--;
+  }
+}
+
+static void list_remove(page_queue_t *queue, shoal_page_t *page) {
+  if (page->prev != NULL) page->prev->next = page->next;
+  else queue->first = page->next;
+  if (page->next != NULL) page->next->prev = page->prev;
+  else queue->last = page->prev;
+  page->next = page->prev = NULL;
+}
+
+static void list_push_front(page_queue_t *queue, shoal_page_t *page) {
+  page->prev = NULL;
+  page->next = queue->first;
+  if (queue->first != NULL) queue->first->prev = page;
+  else queue->last = page;
+  queue->first = page;
+}
+
+static void queue_remove(shoal_heap_t *heap, shoal_page_t *page) {
+  bool was_first = heap->queues[page->size_class].first == page;
+  list_remove(&heap->queues[page->size_class], page);
+  if (was_first) heap_direct_update(heap, page->size_class);
+}
+
+void heap_queue_push(shoal_heap_t *heap, shoal_page_t *page) {
+  list_push_front(&heap->queues[page->size_class], page);
+  heap_direct_update(heap, page->size_class);
+}
+
+/* Park a page with no free block; false when remote frees beat us to it. */
+static bool heap_park(shoal_heap_t *heap, shoal_page_t *page) {
+  if (!page_park_full(page)) return false;
+  page->in_full = 1;
+  list_push_front(&heap->full, page);
+  return true;
+}
+
+static void heap_unpark_listed(shoal_heap_t *heap, shoal_page_t *page) {
+  list_remove(&heap->full, page);
+  page->in_full = 0;
+}
+
+/* ---- page retirement and remote-free notifications ---- */
+
+static bool page_is_alone_in_queue(shoal_heap_t *heap, shoal_page_t *page) {
+  page_queue_t *queue = &heap->queues[page->size_class];
+  return queue->first == page && queue->last == page;
+}
+
+/* An empty page in a queue: keep the last one of its class (against
+ * alloc/free thrash at a page boundary), give the others back. */
+void heap_page_retire(shoal_heap_t *heap, shoal_page_t *page) {
+  if (page->size_class == CLASS_LARGE) {
+    segment_page_free(heap, page);
+    return;
+  }
+  if (page_is_alone_in_queue(heap, page)) return;
+  queue_remove(heap, page);
+  segment_page_free(heap, page);
+}
+
+/* A page whose remote frees arrived while parked. `abandoned`: nobody will
+ * allocate from it, so it goes back to the full list (re-armed) unless empty. */
+static void heap_take_notified_page(shoal_heap_t *heap, shoal_page_t *page, bool abandoned) {
+  heap_unpark_listed(heap, page);
+  for (;;) {
+    page_collect(page);
+    if (page->used == 0) {
+      if (page->size_class == CLASS_LARGE || abandoned) {
+        segment_page_free(heap, page);
+        return;
+      }
+      break;
+    }
+    if (!abandoned && page->size_class != CLASS_LARGE) break;
+    if (heap_park(heap, page)) return;
+  }
+  heap_queue_push(heap, page);
+  if (page->used == 0) heap_page_retire(heap, page);
+}
+
+static void heap_drain(shoal_heap_t *heap, bool abandoned) {
+  shoal_page_t *page = atomic_exchange_explicit(&heap->notified, NULL, memory_order_acquire);
+  while (page != NULL) {
+    shoal_page_t *next = page->next_notified;
+    heap_take_notified_page(heap, page, abandoned);
+    page = next;
+  }
+}
+
+void heap_drain_notified(shoal_heap_t *heap) {
+  if (atomic_load_explicit(&heap->notified, memory_order_relaxed) != NULL) heap_drain(heap, false);
+}
+
+static void heap_maybe_purge(shoal_heap_t *heap) {
+  if (heap->purge_at_ms != 0 && os_now_ms() >= heap->purge_at_ms) segment_purge_heap(heap);
+}
+
+/* ---- finding a page with a free block ---- */
+
+static shoal_page_t *heap_fresh_page(shoal_heap_t *heap, uint8_t size_class) {
+  heap_maybe_purge(heap);
+  shoal_page_t *page = segment_page_alloc(heap, class_slices[size_class]);
+  if (page == NULL) return NULL;
+  page_init(page, heap, class_block_size[size_class], size_class, page->is_zero);
+  page_extend(page);
+  heap_queue_push(heap, page);
+  return page;
+}
+
+static shoal_page_t *heap_find_page(shoal_heap_t *heap, uint8_t size_class) {
+  heap_drain_notified(heap);
+  shoal_page_t *page = heap->queues[size_class].first;
+  while (page != NULL) {
+    shoal_page_t *next = page->next;
+    if (page->free == NULL) page_collect(page);
+    if (page->free != NULL || page_extend(page)) {
+      if (heap->queues[size_class].first != page) { /* serve from the front */
+        queue_remove(heap, page);
+        heap_queue_push(heap, page);
+      }
+      return page;
+    }
+    queue_remove(heap, page);
+    if (!heap_park(heap, page)) { /* remote frees arrived meanwhile */
+      page_collect(page);
+      heap_queue_push(heap, page);
+      return page;
+    }
+    page = next;
+  }
+  return heap_fresh_page(heap, size_class);
+}
+
+static inline void *page_pop(shoal_heap_t *heap, shoal_page_t *page) {
+  shoal_block_t *block = page->free;
+  page->free = block->next;
+  page->used++;
+  block->key = 0;
+  counter_add(&heap->counters.allocated_blocks, 1);
+  counter_add(&heap->counters.allocated_bytes, page->block_size);
+  return block;
+}
+
+static slow_path void *out_of_memory(void) {
+  errno = ENOMEM;
+  return NULL;
+}
+
+void *heap_malloc_medium(shoal_heap_t *heap, size_t size) {
+  uint8_t size_class = size_class_of(size);
+  shoal_page_t *page = heap->queues[size_class].first;
+  if (page == NULL || page->free == NULL) {
+    page = heap_find_page(heap, size_class);
+    if (page == NULL) return out_of_memory();
+  }
+  return page_pop(heap, page);
+}
+
+/* A block of its own: slices of a segment up to LARGE_MAX, a huge segment
+ * beyond. The page is parked from the start so a remote free reaches us. */
+void *heap_malloc_large(shoal_heap_t *heap, size_t size, size_t alignment) {
+  size_t extra = alignment > SLICE_SIZE ? alignment - SLICE_SIZE : 0;
+  if (size > LARGE_MAX - extra) {
+    void *block = huge_alloc(size, alignment, false);
+    if (block == NULL) return out_of_memory();
+    counter_add(&heap->counters.allocated_blocks, 1);
+    counter_add(&heap->counters.allocated_bytes, huge_usable_size(segment_find(block), block));
+    return block;
+  }
+  heap_drain_notified(heap);
+  heap_maybe_purge(heap);
+  size_t slices = (size + extra + SLICE_SIZE - 1) / SLICE_SIZE;
+  shoal_page_t *page = segment_page_alloc(heap, slices);
+  if (page == NULL) return out_of_memory();
+  page_init(page, heap, slices * SLICE_SIZE, CLASS_LARGE, page->is_zero);
+  page->capacity = page->reserved = 1;
+  page->used = 1;
+  heap_park(heap, page);
+  uint8_t *block = page->start;
+  if (extra != 0) {
+    block = (uint8_t *)(((uintptr_t)block + alignment - 1) & ~(uintptr_t)(alignment - 1));
+    page->has_aligned = block != page->start;
+  }
+  ((shoal_block_t *)block)->key = 0; /* dirty slices may hold a free key */
+  counter_add(&heap->counters.allocated_blocks, 1);
+  counter_add(&heap->counters.allocated_bytes, page->block_size);
+  return block;
+}
+
+void *heap_malloc_slow(shoal_heap_t *heap, size_t size) {
+  if (unlikely(heap == &heap_empty)) {
+    heap = heap_get_or_create();
+    if (heap == NULL) return out_of_memory();
+  }
+  if (size <= MEDIUM_MAX) return heap_malloc_medium(heap, size);
+  if (size > PTRDIFF_MAX) return out_of_memory();
+  return heap_malloc_large(heap, size, 0);
+}
+
+/* ---- thread start and exit ---- */
+
+/* A heap adopted from a dead thread: its non-large parked pages may still
+ * have free blocks, so move them back to their queues. */
+static void heap_take_over(shoal_heap_t *heap) {
+  shoal_page_t *page = heap->full.first;
+  while (page != NULL) {
+    shoal_page_t *next = page->next;
+    if (page->size_class != CLASS_LARGE && page_unpark(page)) {
+      heap_unpark_listed(heap, page);
+      page_collect(page);
+      heap_queue_push(heap, page);
+    }
+    page = next;
+  }
+  heap_drain(heap, false);
+}
+
+shoal_heap_t *heap_get_or_create(void) {
+  process_init();
+  /* process_init may have allocated (pthread_atfork) and made our heap. */
+  if (thread_heap != &heap_empty) return thread_heap;
+  bool adopted = false;
+  shoal_heap_t *heap = arena_heap_new_or_adopt(&adopted);
+  if (heap == NULL) return NULL;
+  if (adopted) heap_take_over(heap);
+  thread_heap = heap;
+  pthread_setspecific(heap_exit_key, heap);
+  return heap;
+}
+
+/* Give every page the thread still holds to the arena: empty pages go back
+ * to their segments now, the rest are parked so that the first remote free
+ * into each brings a servicing thread, or an adopter finds them. */
+void heap_abandon(shoal_heap_t *heap) {
+  heap_drain(heap, false);
+  for (int size_class = 0; size_class < CLASS_COUNT; size_class++) {
+    page_queue_t *queue = &heap->queues[size_class];
+    while (queue->first != NULL) {
+      shoal_page_t *page = queue->first;
+      list_remove(queue, page);
+      for (;;) {
+        page_collect(page);
+        if (page->used == 0) {
+          segment_page_free(heap, page);
+          break;
+        }
+        if (heap_park(heap, page)) break;
+      }
+    }
+    heap_direct_update(heap, (uint8_t)size_class);
+  }
+  segment_purge_heap(heap);
+  atomic_store_explicit(&heap->state, HEAP_ABANDONED, memory_order_seq_cst);
+  arena_heap_abandoned(heap);
+  if (atomic_load_explicit(&heap->notified, memory_order_seq_cst) != NULL)
+    heap_service_abandoned(heap);
+}
+
+/* Run by a thread that freed into a dead thread's heap: act as its owner
+ * for a moment, return what became empty, re-park the rest. */
+void heap_service_abandoned(shoal_heap_t *heap) {
+  for (;;) {
+    int expected = HEAP_ABANDONED;
+    if (!atomic_compare_exchange_strong_explicit(&heap->state, &expected, HEAP_SERVICING,
+                                                 memory_order_seq_cst, memory_order_relaxed))
+      return; /* adopted, or someone else is servicing it */
+    heap_drain(heap, true);
+    if (heap->purge_pending_bytes != 0) segment_purge_heap(heap);
+    atomic_store_explicit(&heap->state, HEAP_ABANDONED, memory_order_seq_cst);
+    if (atomic_load_explicit(&heap->notified, memory_order_seq_cst) == NULL) return;
+  }
+}
+
+void heap_thread_exit(void *value) {
+  shoal_heap_t *heap = value;
+  if (heap == NULL || heap == &heap_empty || heap != thread_heap) return;
+  thread_heap = &heap_empty;
+  heap_abandon(heap);
+}
+
+/* Collect every page's frees; with force, return all that is empty now. */
+void heap_collect(shoal_heap_t *heap, bool force) {
+  heap_drain_notified(heap);
+  for (int size_class = 0; size_class < CLASS_COUNT; size_class++) {
+    shoal_page_t *page = heap->queues[size_class].first;
+    while (page != NULL) {
+      shoal_page_t *next = page->next;
+      page_collect(page);
+      if (force && page->used == 0) {
+        queue_remove(heap, page);
+        segment_page_free(heap, page);
+      }
+      page = next;
+    }
+  }
+  if (force) segment_purge_heap(heap);
+  else heap_maybe_purge(heap);
+}

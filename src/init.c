@@ -1,0 +1,41 @@
+/* init.c — process start-up, thread exit and fork.
+ *
+ * The first malloc may come before main (the dynamic loader, dlsym, TLS
+ * set-up under LD_PRELOAD), so initialisation allocates nothing through
+ * shoal until it is done: options are read with getenv, the key comes from
+ * getrandom, and pthread_atfork (which may allocate) runs last. */
+#include "internal.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+enum { INIT_NONE, INIT_RUNNING, INIT_DONE };
+
+_Atomic(int) process_ready;
+uintptr_t free_key;
+pthread_key_t heap_exit_key;
+static _Atomic(int) init_state;
+
+static void fork_prepare(void) { arena_fork_prepare(); }
+static void fork_parent(void) { arena_fork_parent(); }
+static void fork_child(void) { arena_fork_child(); }
+
+void process_init(void) {
+  if (likely(atomic_load_explicit(&init_state, memory_order_acquire) == INIT_DONE)) return;
+  int expected = INIT_NONE;
+  if (!atomic_compare_exchange_strong_explicit(&init_state, &expected, INIT_RUNNING,
+                                               memory_order_acq_rel, memory_order_acquire)) {
+    while (atomic_load_explicit(&init_state, memory_order_acquire) != INIT_DONE) sched_yield();
+    return;
+  }
+  options_init();
+  free_key = (uintptr_t)os_random_key();
+  pthread_key_create(&heap_exit_key, heap_thread_exit);
+  atomic_store_explicit(&process_ready, 1, memory_order_release);
+  atomic_store_explicit(&init_state, INIT_DONE, memory_order_release);
+  pthread_atfork(fork_prepare, fork_parent, fork_child);
+  verbose("ready: segments of %zu KiB, %d size classes up to %d bytes, purge delay %ld ms",
+          SEGMENT_SIZE >> 10, CLASS_COUNT, MEDIUM_MAX, option(SHOAL_OPTION_PURGE_DELAY));
+}
+
+__attribute__((constructor)) static void shoal_constructor(void) { process_init(); }

@@ -1,0 +1,293 @@
+/* internal.h — what every layer of shoal shares: attributes, geometry,
+ * the core types, and each layer's entry points.
+ *
+ * Glossary (bottom up):
+ *   segment  4 MiB of address space aligned to 4 MiB, owned by one heap.
+ *            Slice 0 holds the header (page descriptors); slices 1..63 hold
+ *            pages. A pointer finds its segment by masking the low 22 bits.
+ *   slice    64 KiB, the unit a segment hands out to pages.
+ *   page     a run of slices holding blocks of one size class (or a single
+ *            large block). Its descriptor sits in the segment header.
+ *   block    what malloc returns. Small blocks carry no header; a free block
+ *            stores the free-list link in word 0 and the double-free key in
+ *            word 1.
+ *   heap     one per thread: per class a queue of pages with free blocks.
+ *            Heaps are never unmapped; a dead thread's heap is adopted whole
+ *            by a new thread, or serviced by whoever frees into it.
+ *   huge     a block beyond LARGE_MAX: a segment of its own, sized to fit,
+ *            cached for a while after free against mmap churn.
+ *   arena    the shared part: segment cache, heap registry. Locks live here.
+ *
+ * Who writes what is said beside each field: (owner) the heap's thread only,
+ * (atomic) any thread with atomics, (arena) under the arena lock. */
+#ifndef SHOAL_INTERNAL_H
+#define SHOAL_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shoal.h"
+
+/* ---- attributes: grep for `slow_path` to find every rare path ---- */
+#define likely(x)   __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+#define out_of_line __attribute__((__noinline__))
+#define slow_path   __attribute__((__noinline__, __cold__))
+#define fast_path   static inline __attribute__((__always_inline__))
+#define exported    __attribute__((visibility("default")))
+#define cache_aligned __attribute__((aligned(64)))
+
+/* ---- geometry ---- */
+#define SEGMENT_SHIFT      22
+#define SEGMENT_SIZE       ((size_t)1 << SEGMENT_SHIFT)
+#define SEGMENT_MASK       (SEGMENT_SIZE - 1)
+#define SLICE_SHIFT        16
+#define SLICE_SIZE         ((size_t)1 << SLICE_SHIFT)
+#define SLICES_PER_SEGMENT (SEGMENT_SIZE / SLICE_SIZE) /* 64: one bitmap word */
+#define SLICES_ALL         (~(uint64_t)0)
+#define SLICE_HEADER_BITS  ((uint64_t)1) /* slice 0: the segment header */
+
+#define WORD_SIZE        8
+#define MIN_BLOCK_SIZE   16             /* room for the link and the key */
+#define DIRECT_MAX       1024           /* sizes served by heap->direct_page */
+#define DIRECT_SLOTS     (DIRECT_MAX / WORD_SIZE + 1)
+#define MEDIUM_MAX       (64 * 1024)    /* largest size class */
+#define LARGE_MAX        (SEGMENT_SIZE / 2) /* larger: a huge segment of its own */
+#define PAGE_TARGET_BLOCKS 8           /* a medium page spans >= this many blocks */
+#define EXTEND_BYTES     4096           /* carve fresh blocks an OS page at a time */
+#define HUGE_BLOCK_OFFSET SLICE_SIZE    /* block of a huge segment starts here */
+#define ADDRESS_BITS     47
+#define SEGMENT_MAP_ENTRIES ((size_t)1 << (ADDRESS_BITS - SEGMENT_SHIFT))
+
+/* Size classes: 16..128 in steps of 8, then 8 classes per doubling up to
+ * MEDIUM_MAX, so a block wastes at most 12.5 % of the request above 64 B. */
+#define CLASS_COUNT 87
+#define CLASS_NONE  0xff /* page descriptor of a free slice or a header */
+#define CLASS_LARGE 0xfe /* single-block page of slices */
+#define CLASS_HUGE  0xfd /* the page of a huge segment */
+
+/* ---- core types ---- */
+typedef struct shoal_block_s {
+  struct shoal_block_s *next; /* word 0: free-list link */
+  uintptr_t key;              /* word 1: process key while free, 0 while live */
+} shoal_block_t;
+
+struct shoal_heap_s;
+
+typedef struct shoal_page_s {
+  shoal_block_t *free;       /* (owner) blocks to hand out next */
+  shoal_block_t *local_free; /* (owner) blocks the owner freed since the last collect */
+  uint32_t used;             /* (owner) handed out, incl. remote frees not yet collected */
+  uint32_t block_size;       /* (owner) bytes per block; 0 when the page is free */
+  uint64_t block_divisor;    /* (owner) UINT64_MAX / block_size + 1: divisibility test */
+  _Atomic(uintptr_t) owner;  /* (owner) the heap; 0 while the slice is not a page */
+  /* Blocks freed by other threads (atomic). Bit 0 set: the owner parked the
+   * page in its full list and wants to be told; the first pusher clears it
+   * and queues the page on the owner's notify stack. */
+  _Atomic(uintptr_t) xthread_free;
+  uint8_t *start;                     /* (owner) first block */
+  struct shoal_page_s *next, *prev;   /* (owner) class queue or full list */
+  struct shoal_page_s *next_notified; /* (atomic) link in heap->notified */
+  uint32_t capacity;                  /* (owner) blocks carved so far */
+  uint32_t reserved;                  /* (owner) blocks the page can hold */
+  uint8_t size_class;                 /* (owner) class, CLASS_LARGE/HUGE/NONE */
+  uint8_t slice_count;                /* (owner) slices spanned */
+  uint8_t is_zero;    /* (owner) free blocks are zero beyond word 0 (fresh memory) */
+  uint8_t in_full;    /* (owner) parked in heap->full, not in a class queue */
+  uint8_t has_aligned; /* (owner) an aligned block may be freed by an interior pointer */
+} shoal_page_t;
+
+typedef enum segment_kind_e { SEGMENT_NORMAL = 1, SEGMENT_HUGE = 2 } segment_kind_t;
+
+typedef struct shoal_segment_s {
+  struct shoal_heap_s *heap;            /* (owner) owning heap */
+  struct shoal_segment_s *next, *prev;  /* (owner) heap's list, or arena cache */
+  uint64_t free_slices;  /* (owner) 1 = slice not in any page */
+  uint64_t dirty_slices; /* (owner) 1 = slice touched since its last purge */
+  size_t size;           /* bytes mapped (SEGMENT_SIZE, or a huge block's mapping) */
+  segment_kind_t kind;
+  uint8_t slice_page[SLICES_PER_SEGMENT]; /* slice -> index of its page's first slice */
+  shoal_page_t pages[SLICES_PER_SEGMENT]; /* indexed by first slice */
+} shoal_segment_t;
+
+typedef struct page_queue_s {
+  shoal_page_t *first, *last;
+} page_queue_t;
+
+typedef enum heap_state_e {
+  HEAP_LIVE = 0,      /* a thread owns it */
+  HEAP_ABANDONED = 1, /* its thread exited; waiting for adoption */
+  HEAP_SERVICING = 2, /* a freeing thread briefly acts as its owner */
+  HEAP_ORPHAN = 3,    /* in a fork child: its thread did not survive the fork */
+} heap_state_t;
+
+/* Counters written by the owner with plain (relaxed) stores and read by
+ * anyone: summed over all heaps they give exact process figures. */
+typedef struct heap_counters_s {
+  _Atomic(size_t) allocated_blocks, allocated_bytes;
+  _Atomic(size_t) freed_blocks, freed_bytes;
+  _Atomic(size_t) remote_frees;
+} heap_counters_t;
+
+typedef struct shoal_heap_s {
+  shoal_page_t *direct_page[DIRECT_SLOTS]; /* (owner) first page for each 8-byte size step */
+  page_queue_t queues[CLASS_COUNT];        /* (owner) pages that may have free blocks */
+  page_queue_t full;                       /* (owner) pages parked until notified */
+  shoal_segment_t *segments;               /* (owner) segments with a free slice, or not */
+  _Atomic(shoal_page_t *) notified;        /* (atomic) full pages that got remote frees */
+  _Atomic(int) state;                      /* (atomic) heap_state_t */
+  heap_counters_t counters;
+  size_t purge_pending_bytes; /* (owner) free dirty slice bytes not yet purged */
+  int64_t purge_at_ms;        /* (owner) when to purge them; 0: nothing pending */
+  struct shoal_heap_s *next_registered; /* (arena) every heap */
+  struct shoal_heap_s *next_abandoned;  /* (arena) heaps waiting for adoption */
+  bool registered_for_exit;             /* (owner) thread-exit hook armed */
+} cache_aligned shoal_heap_t;
+
+/* ---- os.c: the only door to the kernel ---- */
+size_t os_page_size(void);
+/* Reserve and commit `size` bytes aligned to `alignment` (a power of two,
+ * >= the OS page). Memory reads as zero. NULL with errno ENOMEM on failure. */
+void *os_map_aligned(size_t size, size_t alignment);
+void os_unmap(void *address, size_t size);
+/* Give the pages back but keep the range mapped: it reads as zero after. */
+void os_purge(void *address, size_t size);
+/* Grow or shrink a mapping, moving it (without copying) to an address
+ * aligned to `alignment` when it cannot stay. NULL on failure, old intact. */
+void *os_remap_aligned(void *address, size_t old_size, size_t new_size, size_t alignment);
+int64_t os_now_ms(void);
+uint64_t os_random_key(void);
+void os_futex_wait(_Atomic(int) *address, int expected);
+void os_futex_wake_one(_Atomic(int) *address);
+void os_yield(void);
+void os_write_stderr(const char *text, size_t length);
+void os_abort(void) __attribute__((noreturn));
+size_t os_reserved_bytes(void);
+size_t os_committed_bytes(void);
+size_t os_peak_committed_bytes(void);
+size_t os_purge_count(void);
+size_t os_purged_bytes(void);
+
+/* ---- lock.c: spin with pause, then yield, then futex; never a fixed sleep ---- */
+typedef struct shoal_lock_s {
+  _Atomic(int) word;          /* 0 free, 1 held, 2 held with sleepers */
+  _Atomic(uintptr_t) holder;  /* thread holding it, for fork from a signal handler */
+} shoal_lock_t;
+#define SHOAL_LOCK_INIT {0, 0}
+void lock_acquire(shoal_lock_t *lock);
+bool lock_try_acquire(shoal_lock_t *lock);
+void lock_release(shoal_lock_t *lock);
+bool lock_held_by_me(const shoal_lock_t *lock);
+void lock_reset(shoal_lock_t *lock); /* in a fork child only */
+
+/* ---- options.c ---- */
+void options_init(void);
+long option(shoal_option_t which);
+void message(const char *format, ...) __attribute__((format(printf, 1, 2)));
+void verbose(const char *format, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- size_class.c ---- */
+extern const uint32_t class_block_size[CLASS_COUNT];
+extern const uint8_t class_slices[CLASS_COUNT];
+uint8_t size_class_of_large(size_t size); /* size > DIRECT_MAX */
+extern const uint8_t direct_class[DIRECT_SLOTS];
+
+/* Class of a request: a table below DIRECT_MAX, bit arithmetic above. */
+static inline uint8_t size_class_of(size_t size) {
+  if (size <= DIRECT_MAX) return direct_class[(size + WORD_SIZE - 1) / WORD_SIZE];
+  return size_class_of_large(size);
+}
+
+/* ---- segment.c ---- */
+extern _Atomic(uint8_t) segment_map[SEGMENT_MAP_ENTRIES];
+#define SEGMENT_MAP_HEAD 1     /* a segment starts in this 4 MiB chunk */
+#define SEGMENT_MAP_INTERIOR 2 /* a huge segment continues here */
+
+static inline shoal_segment_t *segment_of(const void *p) {
+  return (shoal_segment_t *)((uintptr_t)p & ~(uintptr_t)SEGMENT_MASK);
+}
+static inline bool segment_map_is_head(const void *p) {
+  uintptr_t chunk = (uintptr_t)p >> SEGMENT_SHIFT;
+  return likely(chunk < SEGMENT_MAP_ENTRIES) &&
+         atomic_load_explicit(&segment_map[chunk], memory_order_relaxed) == SEGMENT_MAP_HEAD;
+}
+static inline shoal_page_t *segment_page_of(shoal_segment_t *segment, const void *p) {
+  size_t slice = ((uintptr_t)p & SEGMENT_MASK) >> SLICE_SHIFT;
+  return &segment->pages[segment->slice_page[slice]];
+}
+shoal_segment_t *segment_find(const void *p); /* any pointer into shoal memory, or NULL */
+shoal_page_t *segment_page_alloc(struct shoal_heap_s *heap, size_t slices);
+void segment_page_free(struct shoal_heap_s *heap, shoal_page_t *page);
+void segment_map_set(shoal_segment_t *segment, size_t size, uint8_t head);
+void segment_purge_heap(struct shoal_heap_s *heap);
+uint8_t *page_slice_start(const shoal_page_t *page);
+
+/* ---- page.c ---- */
+void page_init(shoal_page_t *page, struct shoal_heap_s *heap, size_t block_size, uint8_t size_class,
+               bool is_zero);
+bool page_extend(shoal_page_t *page);
+size_t page_collect(shoal_page_t *page);
+bool page_park_full(shoal_page_t *page); /* arm the notify bit; false: it had remote frees */
+bool page_unpark(shoal_page_t *page);    /* disarm; false: a notification is on its way */
+void page_notify_owner(shoal_page_t *page);
+bool page_block_is_free(shoal_page_t *page, const shoal_block_t *block);
+static inline bool page_is_block_start(const shoal_page_t *page, const void *p) {
+  uint32_t offset = (uint32_t)((const uint8_t *)p - page->start);
+  return (uint64_t)offset * page->block_divisor <= page->block_divisor - 1;
+}
+
+/* ---- heap.c ---- */
+extern _Thread_local shoal_heap_t *thread_heap;
+extern shoal_heap_t heap_empty;
+extern shoal_page_t page_empty;
+shoal_heap_t *heap_get_or_create(void);
+void *heap_malloc_slow(shoal_heap_t *heap, size_t size);
+void *heap_malloc_medium(shoal_heap_t *heap, size_t size);
+void *heap_malloc_large(shoal_heap_t *heap, size_t size, size_t alignment);
+void heap_queue_push(shoal_heap_t *heap, shoal_page_t *page);
+void heap_page_retire(shoal_heap_t *heap, shoal_page_t *page);
+void heap_drain_notified(shoal_heap_t *heap);
+void heap_collect(shoal_heap_t *heap, bool force);
+void heap_abandon(shoal_heap_t *heap);
+void heap_service_abandoned(shoal_heap_t *heap);
+void heap_thread_exit(void *heap);
+
+/* ---- large.c: huge blocks, each a segment of its own ---- */
+void *huge_alloc(size_t size, size_t alignment, bool zero);
+void huge_free(shoal_segment_t *segment);
+void *huge_realloc(shoal_segment_t *segment, size_t new_size);
+size_t huge_usable_size(const shoal_segment_t *segment, const void *p);
+void huge_cache_trim(bool force);
+
+/* ---- arena.c ---- */
+extern shoal_lock_t arena_lock;
+shoal_segment_t *arena_segment_acquire(void);
+void arena_segment_release(shoal_segment_t *segment);
+shoal_heap_t *arena_heap_new_or_adopt(bool *adopted);
+void arena_heap_abandoned(shoal_heap_t *heap);
+void arena_service_all_abandoned(void);
+void arena_for_each_heap(void (*visit)(shoal_heap_t *heap, void *context), void *context);
+void arena_fork_prepare(void);
+void arena_fork_parent(void);
+void arena_fork_child(void);
+void arena_cache_trim(bool force);
+size_t arena_heap_count(size_t *abandoned);
+
+/* ---- init.c ---- */
+extern _Atomic(int) process_ready;
+extern uintptr_t free_key; /* word 1 of every free block: catches double frees */
+void process_init(void);
+
+/* ---- alloc.c: errors on frees ---- */
+void report_bad_pointer(const char *function, const void *p, const char *kind);
+
+/* ---- stats.c ---- */
+static inline void counter_add(_Atomic(size_t) *counter, size_t amount) {
+  atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + amount,
+                        memory_order_relaxed);
+}
+extern _Atomic(size_t) stat_segments, stat_pages, stat_huge_blocks;
+
+#endif /* SHOAL_INTERNAL_H */

@@ -1,0 +1,173 @@
+/* large.c — huge blocks: beyond LARGE_MAX, each block is a segment of its own.
+ *
+ * The mapping starts with a segment header (so a pointer still finds its
+ * page by masking) and the block follows at HUGE_BLOCK_OFFSET, or at the
+ * requested alignment. Growth uses mremap, which moves page tables instead
+ * of bytes. Freed blocks wait in a small cache (SHOAL_HUGE_CACHE bytes) so a
+ * program that frees and re-allocates big buffers does not fault them in
+ * again each time; what waits longer than the purge delay is unmapped at the
+ * next huge operation or collect. */
+#include "internal.h"
+
+#include <string.h>
+
+#define HUGE_CACHE_SLOTS 16
+#define HUGE_CACHE_MIN_AGE_MS 1000 /* never unmap a cached block younger than this */
+
+typedef struct huge_cache_entry_s {
+  shoal_segment_t *segment;
+  int64_t freed_ms;
+} huge_cache_entry_t;
+
+static shoal_lock_t huge_lock = SHOAL_LOCK_INIT;
+static struct {
+  huge_cache_entry_t entries[HUGE_CACHE_SLOTS]; /* (huge_lock) */
+  size_t count;                                 /* (huge_lock) */
+  size_t bytes;                                 /* (huge_lock) */
+} cache;
+
+static size_t round_to_os_page(size_t size) {
+  return (size + os_page_size() - 1) & ~(os_page_size() - 1);
+}
+
+static void huge_set_header(shoal_segment_t *segment, size_t mapped, size_t offset) {
+  segment->heap = NULL;
+  segment->next = segment->prev = NULL;
+  segment->size = mapped;
+  segment->kind = SEGMENT_HUGE;
+  segment->free_slices = 0;
+  memset(segment->slice_page, 0, sizeof segment->slice_page);
+  shoal_page_t *page = &segment->pages[0];
+  memset(page, 0, sizeof *page);
+  page->size_class = CLASS_HUGE;
+  page->start = (uint8_t *)segment + offset;
+  page->has_aligned = offset != HUGE_BLOCK_OFFSET;
+  page->capacity = page->reserved = page->used = 1;
+}
+
+static void huge_unmap(shoal_segment_t *segment) {
+  segment_map_set(segment, segment->size, 0);
+  os_unmap(segment, segment->size);
+}
+
+/* Best fit from the cache; a much larger block is trimmed to size. */
+static shoal_segment_t *huge_cache_take(size_t mapped) {
+  lock_acquire(&huge_lock);
+  size_t best = cache.count;
+  for (size_t i = 0; i < cache.count; i++) {
+    size_t size = cache.entries[i].segment->size;
+    if (size >= mapped && (best == cache.count || size < cache.entries[best].segment->size))
+      best = i;
+  }
+  shoal_segment_t *segment = NULL;
+  if (best < cache.count) {
+    segment = cache.entries[best].segment;
+    cache.entries[best] = cache.entries[--cache.count];
+    cache.bytes -= segment->size;
+  }
+  lock_release(&huge_lock);
+  if (segment != NULL && segment->size - mapped > mapped / 4) {
+    /* Clear the map before the tail goes: another thread may map it at once. */
+    segment_map_set(segment, segment->size, 0);
+    if (os_remap_aligned(segment, segment->size, mapped, SEGMENT_SIZE) == segment)
+      segment->size = mapped;
+    segment_map_set(segment, segment->size, 1);
+  }
+  return segment;
+}
+
+void *huge_alloc(size_t size, size_t alignment, bool zero) {
+  size_t offset = alignment > HUGE_BLOCK_OFFSET ? alignment : HUGE_BLOCK_OFFSET;
+  if (size > PTRDIFF_MAX - offset - SEGMENT_SIZE) return NULL;
+  size_t mapped = round_to_os_page(offset + size);
+  shoal_segment_t *segment = NULL;
+  bool fresh = false;
+  if (offset == HUGE_BLOCK_OFFSET) segment = huge_cache_take(mapped);
+  if (segment == NULL) {
+    size_t align = alignment > SEGMENT_SIZE ? alignment : SEGMENT_SIZE;
+    segment = os_map_aligned(mapped, align);
+    if (segment == NULL) {
+      huge_cache_trim(true); /* cached blocks may be what stands in the way */
+      segment = os_map_aligned(mapped, align);
+      if (segment == NULL) return NULL;
+    }
+    segment_map_set(segment, mapped, 1);
+    fresh = true;
+  }
+  huge_set_header(segment, fresh ? mapped : segment->size, offset);
+  atomic_fetch_add_explicit(&stat_huge_blocks, 1, memory_order_relaxed);
+  uint8_t *block = segment->pages[0].start;
+  ((shoal_block_t *)block)->key = 0; /* a cached block still holds the free key */
+  segment->pages[0].is_zero = fresh;
+  if (zero && !fresh) memset(block, 0, size);
+  return block;
+}
+
+void huge_free(shoal_segment_t *segment) {
+  atomic_fetch_sub_explicit(&stat_huge_blocks, 1, memory_order_relaxed);
+  size_t limit = (size_t)option(SHOAL_OPTION_HUGE_CACHE);
+  shoal_segment_t *evicted[HUGE_CACHE_SLOTS + 1];
+  size_t evicted_count = 0;
+  bool cacheable = !segment->pages[0].has_aligned && segment->size <= limit;
+  lock_acquire(&huge_lock);
+  if (cacheable) {
+    while (cache.count > 0 && (cache.count == HUGE_CACHE_SLOTS || cache.bytes + segment->size > limit)) {
+      evicted[evicted_count++] = cache.entries[0].segment; /* the oldest */
+      cache.bytes -= cache.entries[0].segment->size;
+      memmove(&cache.entries[0], &cache.entries[1], --cache.count * sizeof cache.entries[0]);
+    }
+    cache.entries[cache.count++] = (huge_cache_entry_t){segment, os_now_ms()};
+    cache.bytes += segment->size;
+  } else {
+    evicted[evicted_count++] = segment;
+  }
+  lock_release(&huge_lock);
+  for (size_t i = 0; i < evicted_count; i++) huge_unmap(evicted[i]);
+}
+
+/* Unmap cached blocks older than the purge delay (all of them with force). */
+void huge_cache_trim(bool force) {
+  if (__atomic_load_n(&cache.count, __ATOMIC_RELAXED) == 0) return;
+  int64_t now = os_now_ms();
+  long delay = option(SHOAL_OPTION_PURGE_DELAY);
+  int64_t max_age = delay > HUGE_CACHE_MIN_AGE_MS ? delay : HUGE_CACHE_MIN_AGE_MS;
+  shoal_segment_t *expired[HUGE_CACHE_SLOTS];
+  size_t expired_count = 0;
+  lock_acquire(&huge_lock);
+  for (size_t i = 0; i < cache.count;) {
+    if (force || now - cache.entries[i].freed_ms >= max_age) {
+      expired[expired_count++] = cache.entries[i].segment;
+      cache.bytes -= cache.entries[i].segment->size;
+      cache.entries[i] = cache.entries[--cache.count];
+    } else {
+      i++;
+    }
+  }
+  lock_release(&huge_lock);
+  for (size_t i = 0; i < expired_count; i++) huge_unmap(expired[i]);
+}
+
+/* Resize in place or move the mapping; NULL (old block intact) on failure. */
+void *huge_realloc(shoal_segment_t *segment, size_t new_size) {
+  size_t offset = (size_t)(segment->pages[0].start - (uint8_t *)segment);
+  if (new_size > PTRDIFF_MAX - offset - SEGMENT_SIZE) return NULL;
+  size_t old_mapped = segment->size, mapped = round_to_os_page(offset + new_size);
+  if (mapped == old_mapped) return segment->pages[0].start;
+  size_t align = offset > SEGMENT_SIZE ? offset : SEGMENT_SIZE;
+  /* Clear the map first: once the kernel frees the old range another
+   * thread may map a segment there and mark it. */
+  segment_map_set(segment, old_mapped, 0);
+  shoal_segment_t *moved = os_remap_aligned(segment, old_mapped, mapped, align);
+  if (moved == NULL) {
+    segment_map_set(segment, old_mapped, 1);
+    return NULL;
+  }
+  segment_map_set(moved, mapped, 1);
+  moved->size = mapped;
+  moved->pages[0].start = (uint8_t *)moved + offset;
+  return moved->pages[0].start;
+}
+
+size_t huge_usable_size(const shoal_segment_t *segment, const void *p) {
+  return (size_t)((const uint8_t *)segment + segment->size - (const uint8_t *)p);
+}

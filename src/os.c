@@ -1,0 +1,157 @@
+/* os.c — the only file that talks to the kernel.
+ *
+ * Vocabulary: "map" reserves and commits address space (Linux commits
+ * lazily: untouched pages cost no memory); "purge" gives the pages of a
+ * range back with MADV_DONTNEED, leaving it mapped and reading as zero;
+ * "unmap" returns the range itself. Every figure kept here counts bytes
+ * mapped, so statistics can say what the process holds from the OS. */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include <errno.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+static _Atomic(size_t) reserved_bytes, committed_bytes, peak_committed_bytes;
+static _Atomic(size_t) purge_count, purged_bytes;
+
+size_t os_page_size(void) { return 4096; }
+
+static void account_map(size_t size) {
+  atomic_fetch_add_explicit(&reserved_bytes, size, memory_order_relaxed);
+  size_t now = atomic_fetch_add_explicit(&committed_bytes, size, memory_order_relaxed) + size;
+  size_t peak = atomic_load_explicit(&peak_committed_bytes, memory_order_relaxed);
+  while (now > peak && !atomic_compare_exchange_weak_explicit(&peak_committed_bytes, &peak, now,
+                                                              memory_order_relaxed,
+                                                              memory_order_relaxed)) {
+  }
+}
+
+static void account_unmap(size_t size) {
+  atomic_fetch_sub_explicit(&reserved_bytes, size, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&committed_bytes, size, memory_order_relaxed);
+}
+
+/* mmap with the kernel's errno turned into ENOMEM: every failure of ours is one. */
+static void *map_anonymous(void *hint, size_t size, int extra_flags) {
+  void *p = mmap(hint, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | extra_flags,
+                 -1, 0);
+  if (p == MAP_FAILED) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return p;
+}
+
+void *os_map_aligned(size_t size, size_t alignment) {
+  /* Try the plain call first: the kernel often hands out aligned space
+   * right below the previous mapping. Otherwise over-reserve and trim. */
+  uint8_t *p = map_anonymous(NULL, size, MAP_NORESERVE);
+  if (p == NULL) return NULL;
+  if (((uintptr_t)p & (alignment - 1)) != 0) {
+    munmap(p, size);
+    if (size + alignment < size) {
+      errno = ENOMEM;
+      return NULL;
+    }
+    uint8_t *raw = map_anonymous(NULL, size + alignment, MAP_NORESERVE);
+    if (raw == NULL) return NULL;
+    uint8_t *aligned = (uint8_t *)(((uintptr_t)raw + alignment - 1) & ~(uintptr_t)(alignment - 1));
+    size_t head = (size_t)(aligned - raw), tail = alignment - head;
+    if (head != 0) munmap(raw, head);
+    if (tail != 0) munmap(aligned + size, tail);
+    p = aligned;
+  }
+  account_map(size);
+  return p;
+}
+
+void os_unmap(void *address, size_t size) {
+  if (munmap(address, size) == 0) account_unmap(size);
+}
+
+void os_purge(void *address, size_t size) {
+  int saved = errno;
+  if (madvise(address, size, MADV_DONTNEED) == 0) {
+    atomic_fetch_add_explicit(&purge_count, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&purged_bytes, size, memory_order_relaxed);
+  }
+  errno = saved;
+}
+
+void *os_remap_aligned(void *address, size_t old_size, size_t new_size, size_t alignment) {
+  void *p = mremap(address, old_size, new_size, 0); /* in place first */
+  if (p == MAP_FAILED) {
+    /* Reserve an aligned destination, then move the pages there: the kernel
+     * moves page tables, not bytes. */
+    void *target = os_map_aligned(new_size, alignment);
+    if (target == NULL) return NULL;
+    account_unmap(new_size); /* re-counted below as growth of the old mapping */
+    p = mremap(address, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+    if (p == MAP_FAILED) {
+      munmap(target, new_size);
+      errno = ENOMEM;
+      return NULL;
+    }
+  }
+  if (new_size > old_size) account_map(new_size - old_size);
+  else account_unmap(old_size - new_size);
+  return p;
+}
+
+int64_t os_now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+uint64_t os_random_key(void) {
+  uint64_t key = 0;
+  if (getrandom(&key, sizeof key, GRND_NONBLOCK) != (ssize_t)sizeof key) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    key = (uint64_t)t.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)&t;
+  }
+  return key | 1; /* never 0: live blocks have 0 in that word */
+}
+
+void os_futex_wait(_Atomic(int) *address, int expected) {
+  syscall(SYS_futex, (int *)address, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+}
+
+void os_futex_wake_one(_Atomic(int) *address) {
+  syscall(SYS_futex, (int *)address, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+void os_yield(void) { sched_yield(); }
+
+void os_write_stderr(const char *text, size_t length) {
+  while (length > 0) {
+    ssize_t n = write(2, text, length);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      return;
+    }
+    text += n;
+    length -= (size_t)n;
+  }
+}
+
+void os_abort(void) { abort(); }
+
+size_t os_reserved_bytes(void) { return atomic_load_explicit(&reserved_bytes, memory_order_relaxed); }
+size_t os_committed_bytes(void) {
+  return atomic_load_explicit(&committed_bytes, memory_order_relaxed);
+}
+size_t os_peak_committed_bytes(void) {
+  return atomic_load_explicit(&peak_committed_bytes, memory_order_relaxed);
+}
+size_t os_purge_count(void) { return atomic_load_explicit(&purge_count, memory_order_relaxed); }
+size_t os_purged_bytes(void) { return atomic_load_explicit(&purged_bytes, memory_order_relaxed); }

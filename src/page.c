@@ -1,0 +1,118 @@
+/* page.c — a run of blocks of one size: carve, collect, park.
+ *
+ * A page has three free lists, so the owner never needs an atomic to
+ * allocate or to free its own blocks (the layout of mimalloc's free-list
+ * sharding, Leijen et al. 2019):
+ *   free          blocks to hand out (owner);
+ *   local_free    blocks the owner freed (owner);
+ *   xthread_free  blocks other threads freed, pushed with one CAS each.
+ * When `free` runs dry the slow path collects the other two. A page whose
+ * blocks are all out is "parked" in the heap's full list with bit 0 of
+ * xthread_free set; the first remote free clears the bit and queues the page
+ * on the owner's notify stack, so a parked page never has to be scanned
+ * (FastMM's release stack, seed 003, made lock-free and per page). */
+#include "internal.h"
+
+#include <string.h>
+
+#define NOTIFY_BIT ((uintptr_t)1)
+
+void page_init(shoal_page_t *page, shoal_heap_t *heap, size_t block_size, uint8_t size_class,
+               bool is_zero) {
+  size_t bytes = (size_t)page->slice_count * SLICE_SIZE;
+  page->block_size = (uint32_t)block_size;
+  page->block_divisor = UINT64_MAX / block_size + 1;
+  page->size_class = size_class;
+  page->reserved = (uint32_t)(bytes / block_size);
+  page->capacity = 0;
+  page->used = 0;
+  page->free = page->local_free = NULL;
+  page->is_zero = is_zero;
+  page->in_full = 0;
+  page->has_aligned = 0;
+  page->next = page->prev = page->next_notified = NULL;
+  atomic_store_explicit(&page->xthread_free, 0, memory_order_relaxed);
+  atomic_store_explicit(&page->owner, (uintptr_t)heap, memory_order_relaxed);
+}
+
+/* Thread an OS page worth of never-used blocks onto the free list: memory is
+ * touched only as it is handed out, so a page costs what it serves. */
+bool page_extend(shoal_page_t *page) {
+  if (page->capacity >= page->reserved) return false;
+  size_t size = page->block_size;
+  size_t count = EXTEND_BYTES / size;
+  if (count == 0) count = 1;
+  if (count > page->reserved - page->capacity) count = page->reserved - page->capacity;
+  uint8_t *first = page->start + (size_t)page->capacity * size;
+  for (size_t i = 0; i + 1 < count; i++)
+    ((shoal_block_t *)(first + i * size))->next = (shoal_block_t *)(first + (i + 1) * size);
+  ((shoal_block_t *)(first + (count - 1) * size))->next = page->free;
+  page->free = (shoal_block_t *)first;
+  page->capacity += (uint32_t)count;
+  return true;
+}
+
+/* Move the owner's and other threads' frees onto `free`; returns how many
+ * blocks came from other threads. */
+size_t page_collect(shoal_page_t *page) {
+  if (page->local_free != NULL) {
+    shoal_block_t *tail = page->local_free;
+    while (tail->next != NULL) tail = tail->next;
+    tail->next = page->free;
+    page->free = page->local_free;
+    page->local_free = NULL;
+    page->is_zero = 0;
+  }
+  uintptr_t head = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
+  if ((head & ~NOTIFY_BIT) == 0) return 0;
+  /* Keep the notify bit as it is; take the list. */
+  head = atomic_exchange_explicit(&page->xthread_free, head & NOTIFY_BIT, memory_order_acquire);
+  shoal_block_t *list = (shoal_block_t *)(head & ~NOTIFY_BIT);
+  if (list == NULL) return 0;
+  size_t count = 1;
+  shoal_block_t *tail = list;
+  while (tail->next != NULL) {
+    tail = tail->next;
+    count++;
+  }
+  tail->next = page->free;
+  page->free = list;
+  page->used -= (uint32_t)count;
+  page->is_zero = 0;
+  return count;
+}
+
+bool page_park_full(shoal_page_t *page) {
+  uintptr_t expected = 0;
+  return atomic_compare_exchange_strong_explicit(&page->xthread_free, &expected, NOTIFY_BIT,
+                                                 memory_order_acq_rel, memory_order_relaxed);
+}
+
+bool page_unpark(shoal_page_t *page) {
+  uintptr_t expected = NOTIFY_BIT;
+  return atomic_compare_exchange_strong_explicit(&page->xthread_free, &expected, 0,
+                                                 memory_order_acq_rel, memory_order_relaxed);
+}
+
+/* Called by the remote freer that cleared the notify bit. The heap is never
+ * unmapped, so reaching it is safe even if its thread is gone. */
+void page_notify_owner(shoal_page_t *page) {
+  shoal_heap_t *heap = (shoal_heap_t *)atomic_load_explicit(&page->owner, memory_order_relaxed);
+  shoal_page_t *head = atomic_load_explicit(&heap->notified, memory_order_relaxed);
+  do {
+    page->next_notified = head;
+  } while (!atomic_compare_exchange_weak_explicit(&heap->notified, &head, page,
+                                                  memory_order_seq_cst, memory_order_relaxed));
+  if (atomic_load_explicit(&heap->state, memory_order_seq_cst) == HEAP_ABANDONED)
+    heap_service_abandoned(heap);
+}
+
+/* Owner only: is this block on one of the page's own free lists? Used to
+ * confirm a double free; other threads' list is not walked (it moves). */
+bool page_block_is_free(shoal_page_t *page, const shoal_block_t *block) {
+  for (shoal_block_t *b = page->free; b != NULL; b = b->next)
+    if (b == block) return true;
+  for (shoal_block_t *b = page->local_free; b != NULL; b = b->next)
+    if (b == block) return true;
+  return false;
+}

@@ -1,0 +1,166 @@
+/* segment.c — 4 MiB aligned regions carved into 64 KiB slices for pages.
+ *
+ * Owns: the segment map (which 4 MiB chunks of the address space are
+ * shoal's), slice allocation inside a heap's segments, and purging of free
+ * slices. A segment belongs to one heap, so nothing here takes a lock: the
+ * heap's owner (or the thread servicing an abandoned heap) is the only
+ * caller. Empty segments go back to the arena.
+ *
+ * Invariants: slice 0 is the header and never free; free_slices has a bit
+ * per slice not in any page; slice_page[i] names the first slice of the page
+ * holding slice i (or i itself when free); a free slice's descriptor has
+ * size_class CLASS_NONE and owner 0, so a stray pointer into it is caught. */
+#include "internal.h"
+
+#include <string.h>
+
+_Atomic(uint8_t) segment_map[SEGMENT_MAP_ENTRIES];
+_Atomic(size_t) stat_segments, stat_pages, stat_huge_blocks;
+
+void segment_map_set(shoal_segment_t *segment, size_t size, uint8_t head) {
+  uintptr_t first = (uintptr_t)segment >> SEGMENT_SHIFT;
+  uintptr_t last = ((uintptr_t)segment + size - 1) >> SEGMENT_SHIFT;
+  for (uintptr_t chunk = first; chunk <= last && chunk < SEGMENT_MAP_ENTRIES; chunk++) {
+    uint8_t value = head == 0 ? 0 : chunk == first ? SEGMENT_MAP_HEAD : SEGMENT_MAP_INTERIOR;
+    atomic_store_explicit(&segment_map[chunk], value, memory_order_relaxed);
+  }
+}
+
+shoal_segment_t *segment_find(const void *p) {
+  uintptr_t chunk = (uintptr_t)p >> SEGMENT_SHIFT;
+  if (chunk >= SEGMENT_MAP_ENTRIES) return NULL;
+  for (;;) {
+    uint8_t value = atomic_load_explicit(&segment_map[chunk], memory_order_relaxed);
+    if (value == SEGMENT_MAP_HEAD) return (shoal_segment_t *)(chunk << SEGMENT_SHIFT);
+    if (value != SEGMENT_MAP_INTERIOR || chunk == 0) return NULL;
+    chunk--; /* inside a huge block: walk back to its head */
+  }
+}
+
+uint8_t *page_slice_start(const shoal_page_t *page) {
+  shoal_segment_t *segment = segment_of(page);
+  return (uint8_t *)segment + (size_t)(page - segment->pages) * SLICE_SIZE;
+}
+
+static inline uint64_t slice_mask(size_t first, size_t count) {
+  return (count >= 64 ? SLICES_ALL : (((uint64_t)1 << count) - 1)) << first;
+}
+
+/* Bit i set when slices i .. i+count-1 are all free: log2(count) steps. */
+static uint64_t free_runs(uint64_t free_slices, size_t count) {
+  uint64_t runs = free_slices;
+  for (size_t width = 1; width < count && runs != 0;) {
+    size_t shift = width < count - width ? width : count - width;
+    runs &= runs >> shift;
+    width += shift;
+  }
+  return runs;
+}
+
+static void heap_segment_link(shoal_heap_t *heap, shoal_segment_t *segment) {
+  segment->prev = NULL;
+  segment->next = heap->segments;
+  if (heap->segments != NULL) heap->segments->prev = segment;
+  heap->segments = segment;
+}
+
+static void heap_segment_unlink(shoal_heap_t *heap, shoal_segment_t *segment) {
+  if (segment->prev != NULL) segment->prev->next = segment->next;
+  else heap->segments = segment->next;
+  if (segment->next != NULL) segment->next->prev = segment->prev;
+  segment->next = segment->prev = NULL;
+}
+
+static size_t pending_bytes(const shoal_segment_t *segment, uint64_t mask) {
+  return (size_t)__builtin_popcountll(segment->free_slices & segment->dirty_slices & mask) *
+         SLICE_SIZE;
+}
+
+/* A page of `slices` contiguous slices from one of the heap's segments,
+ * taking a fresh segment from the arena when none has room. The descriptor
+ * comes back with slice_count, is_zero and start set; page_init does the rest. */
+shoal_page_t *segment_page_alloc(shoal_heap_t *heap, size_t slices) {
+  shoal_segment_t *segment;
+  uint64_t runs = 0;
+  for (segment = heap->segments; segment != NULL; segment = segment->next) {
+    runs = free_runs(segment->free_slices, slices);
+    if (runs != 0) break;
+  }
+  if (segment == NULL) {
+    segment = arena_segment_acquire();
+    if (segment == NULL) return NULL;
+    segment->heap = heap;
+    heap_segment_link(heap, segment);
+    runs = free_runs(segment->free_slices, slices);
+  }
+  size_t first = (size_t)__builtin_ctzll(runs);
+  uint64_t mask = slice_mask(first, slices);
+  heap->purge_pending_bytes -= pending_bytes(segment, mask);
+  bool is_zero = (segment->dirty_slices & mask) == 0;
+  segment->free_slices &= ~mask;
+  segment->dirty_slices |= mask;
+  for (size_t i = first; i < first + slices; i++) segment->slice_page[i] = (uint8_t)first;
+  shoal_page_t *page = &segment->pages[first];
+  memset(page, 0, sizeof *page);
+  page->slice_count = (uint8_t)slices;
+  page->is_zero = is_zero;
+  page->start = (uint8_t *)segment + first * SLICE_SIZE;
+  page->size_class = CLASS_NONE;
+  atomic_fetch_add_explicit(&stat_pages, 1, memory_order_relaxed);
+  return page;
+}
+
+/* Purge the free, touched slices of one segment, a contiguous run at a time. */
+static void segment_purge(shoal_segment_t *segment) {
+  uint64_t bits = segment->free_slices & segment->dirty_slices & ~SLICE_HEADER_BITS;
+  while (bits != 0) {
+    size_t first = (size_t)__builtin_ctzll(bits);
+    size_t count = (size_t)__builtin_ctzll(~(bits >> first));
+    if (first + count > SLICES_PER_SEGMENT) count = SLICES_PER_SEGMENT - first;
+    os_purge((uint8_t *)segment + first * SLICE_SIZE, count * SLICE_SIZE);
+    uint64_t mask = slice_mask(first, count);
+    segment->dirty_slices &= ~mask;
+    bits &= ~mask;
+  }
+}
+
+void segment_purge_heap(shoal_heap_t *heap) {
+  for (shoal_segment_t *segment = heap->segments; segment != NULL; segment = segment->next)
+    segment_purge(segment);
+  heap->purge_pending_bytes = 0;
+  heap->purge_at_ms = 0;
+  huge_cache_trim(false);
+  arena_cache_trim(false);
+}
+
+/* Give the page's slices back to its segment; an empty segment goes back to
+ * the arena. The slices stay resident until the purge delay runs out or the
+ * heap holds more free resident memory than the purge limit. */
+void segment_page_free(shoal_heap_t *heap, shoal_page_t *page) {
+  shoal_segment_t *segment = segment_of(page);
+  size_t first = (size_t)(page - segment->pages), count = page->slice_count;
+  uint64_t mask = slice_mask(first, count);
+  for (size_t i = first; i < first + count; i++) segment->slice_page[i] = (uint8_t)i;
+  atomic_store_explicit(&page->owner, 0, memory_order_relaxed);
+  page->size_class = CLASS_NONE;
+  page->block_size = 0;
+  page->block_divisor = 0;
+  page->free = page->local_free = NULL;
+  page->used = 0;
+  segment->free_slices |= mask;
+  atomic_fetch_sub_explicit(&stat_pages, 1, memory_order_relaxed);
+
+  if (segment->free_slices == (SLICES_ALL & ~SLICE_HEADER_BITS)) {
+    heap->purge_pending_bytes -= pending_bytes(segment, SLICES_ALL & ~mask);
+    heap_segment_unlink(heap, segment);
+    arena_segment_release(segment);
+    return;
+  }
+  heap->purge_pending_bytes += pending_bytes(segment, mask);
+  long delay = option(SHOAL_OPTION_PURGE_DELAY);
+  if (delay == 0 || heap->purge_pending_bytes > (size_t)option(SHOAL_OPTION_PURGE_LIMIT)) {
+    segment_purge_heap(heap);
+  } else if (heap->purge_at_ms == 0) {
+    heap->purge_at_ms = os_now_ms() + delay;
+  }
+}

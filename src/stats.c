@@ -1,0 +1,42 @@
+/* stats.c — process figures summed from the heaps' own counters, and the
+ * collect entry point. Counters are written by their heap's thread with
+ * plain stores; summing them needs no lock and stops nobody. */
+#include "internal.h"
+
+#include <string.h>
+
+static void add_heap(shoal_heap_t *heap, void *context) {
+  shoal_stats_t *stats = context;
+  heap_counters_t *c = &heap->counters;
+  size_t allocated = atomic_load_explicit(&c->allocated_blocks, memory_order_relaxed);
+  size_t freed = atomic_load_explicit(&c->freed_blocks, memory_order_relaxed);
+  size_t allocated_bytes = atomic_load_explicit(&c->allocated_bytes, memory_order_relaxed);
+  size_t freed_bytes = atomic_load_explicit(&c->freed_bytes, memory_order_relaxed);
+  /* Per heap the difference may be negative (another thread freed what this
+   * one allocated); the sum over heaps is not. Wrap-around cancels out. */
+  stats->live_blocks += allocated - freed;
+  stats->live_bytes += allocated_bytes - freed_bytes;
+  stats->remote_frees += atomic_load_explicit(&c->remote_frees, memory_order_relaxed);
+}
+
+exported void shoal_stats_get(shoal_stats_t *stats) {
+  memset(stats, 0, sizeof *stats);
+  arena_for_each_heap(add_heap, stats);
+  stats->os_reserved_bytes = os_reserved_bytes();
+  stats->os_committed_bytes = os_committed_bytes();
+  stats->os_peak_committed_bytes = os_peak_committed_bytes();
+  stats->segments = atomic_load_explicit(&stat_segments, memory_order_relaxed);
+  stats->pages = atomic_load_explicit(&stat_pages, memory_order_relaxed);
+  stats->huge_blocks = atomic_load_explicit(&stat_huge_blocks, memory_order_relaxed);
+  stats->heaps = arena_heap_count(&stats->heaps_abandoned);
+  stats->purges = os_purge_count();
+  stats->purged_bytes = os_purged_bytes();
+}
+
+exported void shoal_collect(bool force) {
+  shoal_heap_t *heap = thread_heap;
+  if (heap != &heap_empty) heap_collect(heap, force);
+  arena_service_all_abandoned();
+  huge_cache_trim(force);
+  arena_cache_trim(force);
+}
