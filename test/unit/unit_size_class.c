@@ -1,0 +1,32 @@
+/* Size classes: the table and the bit arithmetic agree, waste above 64 B is
+ * at most 12.5 %, classes are ordered, and the class of a size rounded up to
+ * an alignment is a multiple of that alignment (what aligned allocation
+ * relies on to avoid interior pointers). */
+#include "../testhelper.h"
+#include "internal.h"
+
+int main(void) {
+  for (int c = 1; c < CLASS_COUNT; c++) CHECK(class_block_size[c] > class_block_size[c - 1]);
+  CHECK(class_block_size[0] == MIN_BLOCK_SIZE);
+  CHECK(class_block_size[CLASS_COUNT - 1] == MEDIUM_MAX);
+  for (size_t size = 0; size <= MEDIUM_MAX; size++) {
+    uint8_t c = size_class_of(size);
+    CHECK_CTX(c < CLASS_COUNT, "size %zu", size);
+    CHECK_CTX(class_block_size[c] >= size, "size %zu", size);
+    CHECK_CTX(c == 0 || class_block_size[c - 1] < size, "size %zu: not the smallest class", size);
+    if (size > 64) CHECK_CTX((class_block_size[c] - size) * 8 <= size, "size %zu wastes >12.5%%", size);
+    if (size > DIRECT_MAX) CHECK(size_class_of_large(size) == c);
+  }
+  for (size_t size = 17; size <= DIRECT_MAX; size++) CHECK(size_class_of_large(size) == size_class_of(size) || size <= 128);
+  for (size_t alignment = 16; alignment <= MEDIUM_MAX; alignment *= 2)
+    for (size_t size = alignment; size <= MEDIUM_MAX; size += alignment)
+      CHECK_CTX(class_block_size[size_class_of(size)] % alignment == 0, "size %zu align %zu", size,
+                alignment);
+  for (int c = 0; c < CLASS_COUNT; c++) {
+    size_t page_bytes = class_slices[c] * SLICE_SIZE;
+    CHECK(page_bytes / class_block_size[c] >= 1);
+    CHECK(class_block_size[c] <= 8192 || page_bytes / class_block_size[c] >= PAGE_TARGET_BLOCKS);
+  }
+  printf("size classes: %d classes, all checks hold\n", CLASS_COUNT);
+  return 0;
+}
