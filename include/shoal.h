@@ -20,7 +20,7 @@ extern "C" {
 #define SHOAL_VERSION_PATCH 0
 
 #if defined(__GNUC__)
-#define SHOAL_API __attribute__((visibility("default")))
+#define SHOAL_API         __attribute__((visibility("default")))
 #define SHOAL_MALLOC_LIKE __attribute__((malloc, warn_unused_result))
 #else
 #define SHOAL_API
@@ -59,13 +59,13 @@ typedef struct shoal_stats_s {
   size_t os_reserved_bytes;  /* address space held from the OS */
   size_t os_committed_bytes; /* of it, memory that may be resident */
   size_t os_peak_committed_bytes;
-  size_t segments;         /* segments in use (each SHOAL_SEGMENT_SIZE) */
-  size_t pages;            /* pages in use */
-  size_t huge_blocks;      /* blocks with a mapping of their own */
-  size_t heaps;            /* thread heaps ever created (live + adoptable) */
-  size_t heaps_abandoned;  /* heaps of exited threads awaiting adoption */
-  size_t remote_frees;     /* frees of blocks owned by another thread */
-  size_t purges;           /* ranges given back to the OS */
+  size_t segments;        /* segments in use (each SHOAL_SEGMENT_SIZE) */
+  size_t pages;           /* pages in use */
+  size_t huge_blocks;     /* blocks with a mapping of their own */
+  size_t heaps;           /* thread heaps ever created (live + adoptable) */
+  size_t heaps_abandoned; /* heaps of exited threads awaiting adoption */
+  size_t remote_frees;    /* frees of blocks owned by another thread */
+  size_t purges;          /* ranges given back to the OS */
   size_t purged_bytes;
 } shoal_stats_t;
 
@@ -73,12 +73,12 @@ SHOAL_API void shoal_stats_get(shoal_stats_t *stats);
 
 /* Options: each is also read once from the environment as SHOAL_<NAME>. */
 typedef enum shoal_option_e {
-  SHOAL_OPTION_PURGE_DELAY,     /* ms before an emptied page is purged */
-  SHOAL_OPTION_PURGE_LIMIT,     /* bytes of free dirty memory a thread keeps */
-  SHOAL_OPTION_HUGE_CACHE,      /* bytes of freed huge blocks kept mapped */
-  SHOAL_OPTION_ABORT_ON_ERROR,  /* 1: abort on a bad free; 0: warn, ignore */
-  SHOAL_OPTION_VERBOSE,         /* 1: say what shoal decides on stderr */
-  SHOAL_OPTION_REALLOC_GROWTH,  /* 1: over-allocate on realloc growth */
+  SHOAL_OPTION_PURGE_DELAY,    /* ms before an emptied page is purged */
+  SHOAL_OPTION_PURGE_LIMIT,    /* bytes of free dirty memory a thread keeps */
+  SHOAL_OPTION_HUGE_CACHE,     /* bytes of freed huge blocks kept mapped */
+  SHOAL_OPTION_ABORT_ON_ERROR, /* 1: abort on a bad free; 0: warn, ignore */
+  SHOAL_OPTION_VERBOSE,        /* 1: say what shoal decides on stderr */
+  SHOAL_OPTION_REALLOC_GROWTH, /* 1: over-allocate on realloc growth */
   SHOAL_OPTION_COUNT
 } shoal_option_t;
 

@@ -44,10 +44,10 @@ static shoal_block_t *block_lookup(const void *p, const char *function, shoal_pa
   if (page->size_class == CLASS_HUGE || page->size_class == CLASS_LARGE) {
     if ((const uint8_t *)p == start ||
         (page->has_aligned && (const uint8_t *)p > start &&
-         (const uint8_t *)p < (uint8_t *)segment + (page->size_class == CLASS_HUGE
-                                                        ? segment->size
-                                                        : (size_t)start - (size_t)segment +
-                                                              page->block_size)))
+         (const uint8_t *)p <
+             (uint8_t *)segment + (page->size_class == CLASS_HUGE
+                                       ? segment->size
+                                       : (size_t)start - (size_t)segment + page->block_size)))
       return (shoal_block_t *)start;
     report_bad_pointer(function, p, (const uint8_t *)p > start ? INSIDE : NOT_OURS);
     return NULL;
@@ -61,15 +61,36 @@ static shoal_block_t *block_lookup(const void *p, const char *function, shoal_pa
 
 /* ---- free ---- */
 
+/* Count a free in this thread's heap. A thread may free before it ever
+ * allocated, or after its heap was abandoned at exit (the C library frees
+ * thread data after key destructors ran): such frees count in the shared
+ * orphan counters instead of creating a heap nobody would abandon. */
+static void count_free(shoal_heap_t *heap, size_t bytes, bool remote) {
+  heap_counters_t *counters = heap != &heap_empty ? &heap->counters : NULL;
+  if (counters == NULL) {
+    atomic_fetch_add_explicit(&orphan_counters.freed_blocks, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&orphan_counters.freed_bytes, bytes, memory_order_relaxed);
+    if (remote) atomic_fetch_add_explicit(&orphan_counters.remote_frees, 1, memory_order_relaxed);
+    return;
+  }
+  counter_add(&counters->freed_blocks, 1);
+  counter_add(&counters->freed_bytes, bytes);
+  if (remote) counter_add(&counters->remote_frees, 1);
+}
+
 /* A local free that emptied the page or hit a parked page. */
 void heap_page_freed(shoal_heap_t *heap, shoal_page_t *page) {
   if (page->in_full) {
     if (!page_unpark(page)) return; /* a notification is on its way: the drain decides */
     page->in_full = 0;
-    if (page->prev != NULL) page->prev->next = page->next;
-    else heap->full.first = page->next;
-    if (page->next != NULL) page->next->prev = page->prev;
-    else heap->full.last = page->prev;
+    if (page->prev != NULL)
+      page->prev->next = page->next;
+    else
+      heap->full.first = page->next;
+    if (page->next != NULL)
+      page->next->prev = page->prev;
+    else
+      heap->full.last = page->prev;
     page->next = page->prev = NULL;
     if (page->size_class == CLASS_LARGE) {
       heap_page_retire(heap, page);
@@ -86,13 +107,7 @@ void free_not_local(shoal_page_t *page, shoal_block_t *block) {
     free_slow(block, 0);
     return;
   }
-  shoal_heap_t *heap = thread_heap;
-  if (unlikely(heap == &heap_empty)) heap = heap_get_or_create();
-  if (heap != NULL) {
-    counter_add(&heap->counters.freed_blocks, 1);
-    counter_add(&heap->counters.freed_bytes, page->block_size);
-    counter_add(&heap->counters.remote_frees, 1);
-  }
+  count_free(thread_heap, page->block_size, true);
   block->key = free_key;
   uintptr_t head = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
   do {
@@ -107,18 +122,7 @@ static void free_huge(shoal_segment_t *segment, shoal_block_t *block, const void
     report_bad_pointer("free", p, "double free");
     return;
   }
-  shoal_heap_t *heap = thread_heap;
-  if (heap != &heap_empty) {
-    counter_add(&heap->counters.freed_blocks, 1);
-    counter_add(&heap->counters.freed_bytes, huge_usable_size(segment, block));
-  } else {
-    /* Rare: a thread whose first act is freeing a huge block. */
-    heap = heap_get_or_create();
-    if (heap != NULL) {
-      counter_add(&heap->counters.freed_blocks, 1);
-      counter_add(&heap->counters.freed_bytes, huge_usable_size(segment, block));
-    }
-  }
+  count_free(thread_heap, huge_usable_size(segment, block), false);
   block->key = free_key;
   huge_free(segment);
 }
@@ -131,8 +135,8 @@ slow_path void free_slow(void *p, size_t size_hint) {
   if (block == NULL) goto done;
   shoal_segment_t *segment = segment_of(page);
   if (size_hint != 0) {
-    size_t usable = page->size_class == CLASS_HUGE ? huge_usable_size(segment, block)
-                                                   : page->block_size;
+    size_t usable =
+        page->size_class == CLASS_HUGE ? huge_usable_size(segment, block) : page->block_size;
     if (size_hint > usable) {
       report_bad_pointer("free", p, "was freed with a size larger than its block");
       goto done;
@@ -163,9 +167,13 @@ done:
   errno = saved_errno;
 }
 
-exported void shoal_free(void *p) { free_fast(p, 0); }
+exported void shoal_free(void *p) {
+  free_fast(p, 0);
+}
 
-exported void shoal_free_sized(void *p, size_t size) { free_fast(p, size); }
+exported void shoal_free_sized(void *p, size_t size) {
+  free_fast(p, size);
+}
 
 /* ---- malloc ---- */
 
@@ -173,16 +181,20 @@ out_of_line void *alloc_generic(shoal_heap_t *heap, size_t size) {
   return heap_malloc_slow(heap, size);
 }
 
-exported void *shoal_malloc(size_t size) { return alloc_fast(size); }
+exported void *shoal_malloc(size_t size) {
+  return alloc_fast(size);
+}
 
 /* ---- calloc: skip zeroing memory fresh from the OS ---- */
 
 static void *zero_block(void *p, size_t size) {
   shoal_segment_t *segment = segment_of(p);
-  shoal_page_t *page = segment->kind == SEGMENT_HUGE ? &segment->pages[0]
-                                                     : segment_page_of(segment, p);
-  if (page->is_zero) ((shoal_block_t *)p)->next = NULL; /* only the link was written */
-  else memset(p, 0, size);
+  shoal_page_t *page =
+      segment->kind == SEGMENT_HUGE ? &segment->pages[0] : segment_page_of(segment, p);
+  if (page->is_zero)
+    ((shoal_block_t *)p)->next = NULL; /* only the link was written */
+  else
+    memset(p, 0, size);
   return p;
 }
 
@@ -218,7 +230,9 @@ static void *alloc_aligned(size_t alignment, size_t size) {
   return heap_malloc_large(heap, size, alignment);
 }
 
-static bool is_power_of_two(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
+static bool is_power_of_two(size_t x) {
+  return x != 0 && (x & (x - 1)) == 0;
+}
 
 exported int shoal_posix_memalign(void **result, size_t alignment, size_t size) {
   if (!is_power_of_two(alignment) || alignment % sizeof(void *) != 0) return EINVAL;
@@ -250,7 +264,9 @@ exported void *shoal_memalign(size_t alignment, size_t size) {
   return alloc_aligned(alignment, size);
 }
 
-exported void *shoal_valloc(size_t size) { return alloc_aligned(os_page_size(), size); }
+exported void *shoal_valloc(size_t size) {
+  return alloc_aligned(os_page_size(), size);
+}
 
 exported void *shoal_pvalloc(size_t size) {
   size_t page = os_page_size();
@@ -277,7 +293,9 @@ exported size_t shoal_malloc_usable_size(const void *p) {
   return usable_size_of(p, "malloc_usable_size");
 }
 
-exported bool shoal_owns(const void *p) { return segment_find(p) != NULL; }
+exported bool shoal_owns(const void *p) {
+  return segment_find(p) != NULL;
+}
 
 /* ---- realloc ---- */
 
@@ -289,26 +307,8 @@ static size_t realloc_target(size_t usable, size_t size) {
   return size < target ? target : size;
 }
 
-exported void *shoal_realloc(void *p, size_t size) {
-  if (p == NULL) return alloc_fast(size);
-  if (size == 0) {
-    free_fast(p, 0);
-    return NULL;
-  }
-  size_t usable = usable_size_of(p, "realloc");
-  if (usable == 0) {
-    errno = EINVAL;
-    return NULL;
-  }
-  if (size <= usable && size >= usable / 2) return p; /* fits, wastes at most half */
-  shoal_segment_t *segment = segment_find(p);
-  if (segment->kind == SEGMENT_HUGE && size > LARGE_MAX && !segment->pages[0].has_aligned) {
-    void *moved = huge_realloc(segment, size);
-    if (moved != NULL || size > PTRDIFF_MAX) {
-      if (moved == NULL) errno = ENOMEM;
-      return moved;
-    }
-  }
+/* Copy into a new block; the old one stays intact if that fails. */
+static void *realloc_move(void *p, size_t usable, size_t size) {
   if (size > PTRDIFF_MAX) {
     errno = ENOMEM;
     return NULL;
@@ -320,6 +320,55 @@ exported void *shoal_realloc(void *p, size_t size) {
   memcpy(fresh, p, size < usable ? size : usable);
   free_fast(p, 0);
   return fresh;
+}
+
+/* Stay in place when the block fits and would waste at most half. */
+static inline bool realloc_fits(size_t usable, size_t size) {
+  return size <= usable && (size >= usable / 2 || usable <= 128);
+}
+
+static slow_path void *realloc_slow(void *p, size_t size) {
+  size_t usable = usable_size_of(p, "realloc");
+  if (usable == 0) {
+    errno = EINVAL;
+    return NULL;
+  }
+  if (realloc_fits(usable, size)) return p;
+  shoal_segment_t *segment = segment_find(p);
+  if (segment->kind == SEGMENT_HUGE && size > LARGE_MAX && !segment->pages[0].has_aligned) {
+    void *moved = huge_realloc(segment, size);
+    if (moved != NULL) {
+      shoal_heap_t *heap = thread_heap;
+      if (heap != &heap_empty) { /* the block changed size: keep live bytes exact */
+        counter_add(&heap->counters.allocated_bytes, huge_usable_size(segment_of(moved), moved));
+        counter_add(&heap->counters.freed_bytes, usable);
+      }
+      return moved;
+    }
+    if (size > PTRDIFF_MAX) {
+      errno = ENOMEM;
+      return NULL;
+    }
+  }
+  return realloc_move(p, usable, size);
+}
+
+exported void *shoal_realloc(void *p, size_t size) {
+  if (p == NULL) return alloc_fast(size);
+  if (size == 0) {
+    free_fast(p, 0);
+    return NULL;
+  }
+  /* A live block of a size class: its usable size is the page's block size. */
+  if (likely(segment_map_is_head(p))) {
+    shoal_page_t *page = segment_page_of(segment_of(p), p);
+    if (likely(page->size_class < CLASS_COUNT && page_is_block_start(page, p) &&
+               ((shoal_block_t *)p)->key != free_key)) {
+      if (realloc_fits(page->block_size, size)) return p;
+      return realloc_move(p, page->block_size, size);
+    }
+  }
+  return realloc_slow(p, size);
 }
 
 exported void *shoal_reallocarray(void *p, size_t count, size_t size) {

@@ -165,7 +165,9 @@ static void service_if_abandoned(shoal_heap_t *heap, void *context) {
     heap_service_abandoned(heap);
 }
 
-void arena_service_all_abandoned(void) { arena_for_each_heap(service_if_abandoned, NULL); }
+void arena_service_all_abandoned(void) {
+  arena_for_each_heap(service_if_abandoned, NULL);
+}
 
 size_t arena_heap_count(size_t *abandoned) {
   lock_acquire(&arena_lock);

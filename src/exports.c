@@ -9,10 +9,18 @@
 
 #include <errno.h>
 
-exported void *malloc(size_t size) { return alloc_fast(size); }
-exported void free(void *p) { free_fast(p, 0); }
-exported void *calloc(size_t count, size_t size) { return shoal_calloc(count, size); }
-exported void *realloc(void *p, size_t size) { return shoal_realloc(p, size); }
+exported void *malloc(size_t size) {
+  return alloc_fast(size);
+}
+exported void free(void *p) {
+  free_fast(p, 0);
+}
+exported void *calloc(size_t count, size_t size) {
+  return shoal_calloc(count, size);
+}
+exported void *realloc(void *p, size_t size) {
+  return shoal_realloc(p, size);
+}
 exported void *reallocarray(void *p, size_t count, size_t size) {
   return shoal_reallocarray(p, count, size);
 }
@@ -22,12 +30,22 @@ exported int posix_memalign(void **result, size_t alignment, size_t size) {
 exported void *aligned_alloc(size_t alignment, size_t size) {
   return shoal_aligned_alloc(alignment, size);
 }
-exported void *memalign(size_t alignment, size_t size) { return shoal_memalign(alignment, size); }
-exported void *valloc(size_t size) { return shoal_valloc(size); }
-exported void *pvalloc(size_t size) { return shoal_pvalloc(size); }
-exported size_t malloc_usable_size(void *p) { return shoal_malloc_usable_size(p); }
+exported void *memalign(size_t alignment, size_t size) {
+  return shoal_memalign(alignment, size);
+}
+exported void *valloc(size_t size) {
+  return shoal_valloc(size);
+}
+exported void *pvalloc(size_t size) {
+  return shoal_pvalloc(size);
+}
+exported size_t malloc_usable_size(void *p) {
+  return shoal_malloc_usable_size(p);
+}
 /* C23 */
-exported void free_sized(void *p, size_t size) { free_fast(p, size); }
+exported void free_sized(void *p, size_t size) {
+  free_fast(p, size);
+}
 exported void free_aligned_sized(void *p, size_t alignment, size_t size) {
   (void)alignment;
   free_fast(p, size);
@@ -69,8 +87,12 @@ static void *new_aligned(size_t size, size_t alignment, bool nothrow) {
 typedef struct nothrow_s nothrow_t; /* std::nothrow_t, passed by reference */
 
 /* plain */
-exported void *_Znwm(size_t size) { return new_fast(size, false); }
-exported void *_Znam(size_t size) { return new_fast(size, false); }
+exported void *_Znwm(size_t size) {
+  return new_fast(size, false);
+}
+exported void *_Znam(size_t size) {
+  return new_fast(size, false);
+}
 exported void *_ZnwmRKSt9nothrow_t(size_t size, const nothrow_t *tag) {
   (void)tag;
   return new_fast(size, true);
@@ -79,8 +101,12 @@ exported void *_ZnamRKSt9nothrow_t(size_t size, const nothrow_t *tag) {
   (void)tag;
   return new_fast(size, true);
 }
-exported void _ZdlPv(void *p) { free_fast(p, 0); }
-exported void _ZdaPv(void *p) { free_fast(p, 0); }
+exported void _ZdlPv(void *p) {
+  free_fast(p, 0);
+}
+exported void _ZdaPv(void *p) {
+  free_fast(p, 0);
+}
 exported void _ZdlPvRKSt9nothrow_t(void *p, const nothrow_t *tag) {
   (void)tag;
   free_fast(p, 0);
@@ -90,8 +116,12 @@ exported void _ZdaPvRKSt9nothrow_t(void *p, const nothrow_t *tag) {
   free_fast(p, 0);
 }
 /* sized */
-exported void _ZdlPvm(void *p, size_t size) { free_fast(p, size); }
-exported void _ZdaPvm(void *p, size_t size) { free_fast(p, size); }
+exported void _ZdlPvm(void *p, size_t size) {
+  free_fast(p, size);
+}
+exported void _ZdaPvm(void *p, size_t size) {
+  free_fast(p, size);
+}
 /* aligned (std::align_val_t is a size_t) */
 exported void *_ZnwmSt11align_val_t(size_t size, size_t alignment) {
   return new_aligned(size, alignment, false);

@@ -43,18 +43,24 @@ static void heap_direct_update(shoal_heap_t *heap, uint8_t size_class) {
 }
 
 static void list_remove(page_queue_t *queue, shoal_page_t *page) {
-  if (page->prev != NULL) page->prev->next = page->next;
-  else queue->first = page->next;
-  if (page->next != NULL) page->next->prev = page->prev;
-  else queue->last = page->prev;
+  if (page->prev != NULL)
+    page->prev->next = page->next;
+  else
+    queue->first = page->next;
+  if (page->next != NULL)
+    page->next->prev = page->prev;
+  else
+    queue->last = page->prev;
   page->next = page->prev = NULL;
 }
 
 static void list_push_front(page_queue_t *queue, shoal_page_t *page) {
   page->prev = NULL;
   page->next = queue->first;
-  if (queue->first != NULL) queue->first->prev = page;
-  else queue->last = page;
+  if (queue->first != NULL)
+    queue->first->prev = page;
+  else
+    queue->last = page;
   queue->first = page;
 }
 
@@ -203,7 +209,7 @@ void *heap_malloc_medium(shoal_heap_t *heap, size_t size) {
  * beyond. The page is parked from the start so a remote free reaches us. */
 void *heap_malloc_large(shoal_heap_t *heap, size_t size, size_t alignment) {
   size_t extra = alignment > SLICE_SIZE ? alignment - SLICE_SIZE : 0;
-  if (size > LARGE_MAX - extra) {
+  if (size > LARGE_MAX || size + extra > LARGE_MAX) {
     void *block = huge_alloc(size, alignment, false);
     if (block == NULL) return out_of_memory();
     counter_add(&heap->counters.allocated_blocks, 1);
@@ -224,7 +230,9 @@ void *heap_malloc_large(shoal_heap_t *heap, size_t size, size_t alignment) {
     block = (uint8_t *)(((uintptr_t)block + alignment - 1) & ~(uintptr_t)(alignment - 1));
     page->has_aligned = block != page->start;
   }
-  ((shoal_block_t *)block)->key = 0; /* dirty slices may hold a free key */
+  /* Dirty slices may hold a free key; the key of an aligned block is kept
+   * at the page start, where free looks for it. */
+  ((shoal_block_t *)page->start)->key = 0;
   counter_add(&heap->counters.allocated_blocks, 1);
   counter_add(&heap->counters.allocated_bytes, page->block_size);
   return block;
@@ -336,6 +344,8 @@ void heap_collect(shoal_heap_t *heap, bool force) {
       page = next;
     }
   }
-  if (force) segment_purge_heap(heap);
-  else heap_maybe_purge(heap);
+  if (force)
+    segment_purge_heap(heap);
+  else
+    heap_maybe_purge(heap);
 }

@@ -16,9 +16,19 @@ uintptr_t free_key;
 pthread_key_t heap_exit_key;
 static _Atomic(int) init_state;
 
-static void fork_prepare(void) { arena_fork_prepare(); }
-static void fork_parent(void) { arena_fork_parent(); }
-static void fork_child(void) { arena_fork_child(); }
+/* Lock order: arena, then huge; released in reverse. */
+static void fork_prepare(void) {
+  arena_fork_prepare();
+  huge_fork_prepare();
+}
+static void fork_parent(void) {
+  huge_fork_parent();
+  arena_fork_parent();
+}
+static void fork_child(void) {
+  huge_fork_child();
+  arena_fork_child();
+}
 
 void process_init(void) {
   if (likely(atomic_load_explicit(&init_state, memory_order_acquire) == INIT_DONE)) return;
@@ -38,4 +48,6 @@ void process_init(void) {
           SEGMENT_SIZE >> 10, CLASS_COUNT, MEDIUM_MAX, option(SHOAL_OPTION_PURGE_DELAY));
 }
 
-__attribute__((constructor)) static void shoal_constructor(void) { process_init(); }
+__attribute__((constructor)) static void shoal_constructor(void) {
+  process_init();
+}

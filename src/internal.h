@@ -31,12 +31,12 @@
 #include "shoal.h"
 
 /* ---- attributes: grep for `slow_path` to find every rare path ---- */
-#define likely(x)   __builtin_expect(!!(x), 1)
-#define unlikely(x) __builtin_expect(!!(x), 0)
-#define out_of_line __attribute__((__noinline__))
-#define slow_path   __attribute__((__noinline__, __cold__))
-#define fast_path   static inline __attribute__((__always_inline__))
-#define exported    __attribute__((visibility("default")))
+#define likely(x)     __builtin_expect(!!(x), 1)
+#define unlikely(x)   __builtin_expect(!!(x), 0)
+#define out_of_line   __attribute__((__noinline__))
+#define slow_path     __attribute__((__noinline__, __cold__))
+#define fast_path     static inline __attribute__((__always_inline__))
+#define exported      __attribute__((visibility("default")))
 #define cache_aligned __attribute__((aligned(64)))
 
 /* ---- geometry ---- */
@@ -49,21 +49,21 @@
 #define SLICES_ALL         (~(uint64_t)0)
 #define SLICE_HEADER_BITS  ((uint64_t)1) /* slice 0: the segment header */
 
-#define WORD_SIZE        8
-#define MIN_BLOCK_SIZE   16             /* room for the link and the key */
-#define DIRECT_MAX       1024           /* sizes served by heap->direct_page */
-#define DIRECT_SLOTS     (DIRECT_MAX / WORD_SIZE + 1)
-#define MEDIUM_MAX       (64 * 1024)    /* largest size class */
-#define LARGE_MAX        (SEGMENT_SIZE / 2) /* larger: a huge segment of its own */
-#define PAGE_TARGET_BLOCKS 8           /* a medium page spans >= this many blocks */
-#define EXTEND_BYTES     4096           /* carve fresh blocks an OS page at a time */
-#define HUGE_BLOCK_OFFSET SLICE_SIZE    /* block of a huge segment starts here */
-#define ADDRESS_BITS     47
+#define WORD_SIZE           8
+#define MIN_BLOCK_SIZE      16   /* room for the link and the key */
+#define DIRECT_MAX          1024 /* sizes served by heap->direct_page */
+#define DIRECT_SLOTS        (DIRECT_MAX / WORD_SIZE + 1)
+#define MEDIUM_MAX          (64 * 1024)        /* largest size class */
+#define LARGE_MAX           (SEGMENT_SIZE / 2) /* larger: a huge segment of its own */
+#define PAGE_TARGET_BLOCKS  8                  /* a medium page spans >= this many blocks */
+#define EXTEND_BYTES        4096               /* carve fresh blocks an OS page at a time */
+#define HUGE_BLOCK_OFFSET   SLICE_SIZE         /* block of a huge segment starts here */
+#define ADDRESS_BITS        47
 #define SEGMENT_MAP_ENTRIES ((size_t)1 << (ADDRESS_BITS - SEGMENT_SHIFT))
 
-/* Size classes: 16..128 in steps of 8, then 8 classes per doubling up to
- * MEDIUM_MAX, so a block wastes at most 12.5 % of the request above 64 B. */
-#define CLASS_COUNT 87
+/* Size classes: 16..128 in steps of 16, then 8 classes per doubling up to
+ * MEDIUM_MAX; every block 16-byte aligned (size_class.c says why). */
+#define CLASS_COUNT 80
 #define CLASS_NONE  0xff /* page descriptor of a free slice or a header */
 #define CLASS_LARGE 0xfe /* single-block page of slices */
 #define CLASS_HUGE  0xfd /* the page of a huge segment */
@@ -77,36 +77,38 @@ typedef struct shoal_block_s {
 struct shoal_heap_s;
 
 typedef struct shoal_page_s {
+  /* First cache line: everything the fast paths read or write. */
   shoal_block_t *free;       /* (owner) blocks to hand out next */
   shoal_block_t *local_free; /* (owner) blocks the owner freed since the last collect */
   uint32_t used;             /* (owner) handed out, incl. remote frees not yet collected */
   uint32_t block_size;       /* (owner) bytes per block; 0 when the page is free */
   uint64_t block_divisor;    /* (owner) UINT64_MAX / block_size + 1: divisibility test */
   _Atomic(uintptr_t) owner;  /* (owner) the heap; 0 while the slice is not a page */
-  /* Blocks freed by other threads (atomic). Bit 0 set: the owner parked the
-   * page in its full list and wants to be told; the first pusher clears it
-   * and queues the page on the owner's notify stack. */
+  uint8_t *start;            /* (owner) first block */
+  uint8_t in_full;           /* (owner) parked in heap->full, not in a class queue */
+  uint8_t size_class;        /* (owner) class, CLASS_LARGE/HUGE/NONE */
+  uint8_t slice_count;       /* (owner) slices spanned */
+  uint8_t is_zero;           /* (owner) free blocks are zero beyond word 0 (fresh memory) */
+  uint8_t has_aligned;       /* (owner) an aligned block may be freed by an interior pointer */
+  uint32_t capacity;         /* (owner) blocks carved so far */
+  uint32_t reserved;         /* (owner) blocks the page can hold */
+  /* Second cache line: slow paths only. Blocks freed by other threads
+   * (atomic). Bit 0 set: the owner parked the page in its full list and
+   * wants to be told; the first pusher clears it and queues the page on the
+   * owner's notify stack. */
   _Atomic(uintptr_t) xthread_free;
-  uint8_t *start;                     /* (owner) first block */
   struct shoal_page_s *next, *prev;   /* (owner) class queue or full list */
   struct shoal_page_s *next_notified; /* (atomic) link in heap->notified */
-  uint32_t capacity;                  /* (owner) blocks carved so far */
-  uint32_t reserved;                  /* (owner) blocks the page can hold */
-  uint8_t size_class;                 /* (owner) class, CLASS_LARGE/HUGE/NONE */
-  uint8_t slice_count;                /* (owner) slices spanned */
-  uint8_t is_zero;    /* (owner) free blocks are zero beyond word 0 (fresh memory) */
-  uint8_t in_full;    /* (owner) parked in heap->full, not in a class queue */
-  uint8_t has_aligned; /* (owner) an aligned block may be freed by an interior pointer */
-} shoal_page_t;
+} cache_aligned shoal_page_t;
 
 typedef enum segment_kind_e { SEGMENT_NORMAL = 1, SEGMENT_HUGE = 2 } segment_kind_t;
 
 typedef struct shoal_segment_s {
-  struct shoal_heap_s *heap;            /* (owner) owning heap */
-  struct shoal_segment_s *next, *prev;  /* (owner) heap's list, or arena cache */
-  uint64_t free_slices;  /* (owner) 1 = slice not in any page */
-  uint64_t dirty_slices; /* (owner) 1 = slice touched since its last purge */
-  size_t size;           /* bytes mapped (SEGMENT_SIZE, or a huge block's mapping) */
+  struct shoal_heap_s *heap;           /* (owner) owning heap */
+  struct shoal_segment_s *next, *prev; /* (owner) heap's list, or arena cache */
+  uint64_t free_slices;                /* (owner) 1 = slice not in any page */
+  uint64_t dirty_slices;               /* (owner) 1 = slice touched since its last purge */
+  size_t size;                         /* bytes mapped (SEGMENT_SIZE, or a huge block's mapping) */
   segment_kind_t kind;
   uint8_t slice_page[SLICES_PER_SEGMENT]; /* slice -> index of its page's first slice */
   shoal_page_t pages[SLICES_PER_SEGMENT]; /* indexed by first slice */
@@ -139,8 +141,8 @@ typedef struct shoal_heap_s {
   _Atomic(shoal_page_t *) notified;        /* (atomic) full pages that got remote frees */
   _Atomic(int) state;                      /* (atomic) heap_state_t */
   heap_counters_t counters;
-  size_t purge_pending_bytes; /* (owner) free dirty slice bytes not yet purged */
-  int64_t purge_at_ms;        /* (owner) when to purge them; 0: nothing pending */
+  size_t purge_pending_bytes;           /* (owner) free dirty slice bytes not yet purged */
+  int64_t purge_at_ms;                  /* (owner) when to purge them; 0: nothing pending */
   struct shoal_heap_s *next_registered; /* (arena) every heap */
   struct shoal_heap_s *next_abandoned;  /* (arena) heaps waiting for adoption */
   bool registered_for_exit;             /* (owner) thread-exit hook armed */
@@ -172,10 +174,11 @@ size_t os_purged_bytes(void);
 
 /* ---- lock.c: spin with pause, then yield, then futex; never a fixed sleep ---- */
 typedef struct shoal_lock_s {
-  _Atomic(int) word;          /* 0 free, 1 held, 2 held with sleepers */
-  _Atomic(uintptr_t) holder;  /* thread holding it, for fork from a signal handler */
+  _Atomic(int) word;         /* 0 free, 1 held, 2 held with sleepers */
+  _Atomic(uintptr_t) holder; /* thread holding it, for fork from a signal handler */
 } shoal_lock_t;
-#define SHOAL_LOCK_INIT {0, 0}
+#define SHOAL_LOCK_INIT                                                                            \
+  { 0, 0 }
 void lock_acquire(shoal_lock_t *lock);
 bool lock_try_acquire(shoal_lock_t *lock);
 void lock_release(shoal_lock_t *lock);
@@ -184,7 +187,10 @@ void lock_reset(shoal_lock_t *lock); /* in a fork child only */
 
 /* ---- options.c ---- */
 void options_init(void);
-long option(shoal_option_t which);
+extern _Atomic(long) option_values[SHOAL_OPTION_COUNT];
+static inline long option(shoal_option_t which) {
+  return atomic_load_explicit(&option_values[which], memory_order_relaxed);
+}
 void message(const char *format, ...) __attribute__((format(printf, 1, 2)));
 void verbose(const char *format, ...) __attribute__((format(printf, 1, 2)));
 
@@ -202,7 +208,7 @@ static inline uint8_t size_class_of(size_t size) {
 
 /* ---- segment.c ---- */
 extern _Atomic(uint8_t) segment_map[SEGMENT_MAP_ENTRIES];
-#define SEGMENT_MAP_HEAD 1     /* a segment starts in this 4 MiB chunk */
+#define SEGMENT_MAP_HEAD     1 /* a segment starts in this 4 MiB chunk */
 #define SEGMENT_MAP_INTERIOR 2 /* a huge segment continues here */
 
 static inline shoal_segment_t *segment_of(const void *p) {
@@ -260,6 +266,9 @@ void huge_free(shoal_segment_t *segment);
 void *huge_realloc(shoal_segment_t *segment, size_t new_size);
 size_t huge_usable_size(const shoal_segment_t *segment, const void *p);
 void huge_cache_trim(bool force);
+void huge_fork_prepare(void);
+void huge_fork_parent(void);
+void huge_fork_child(void);
 
 /* ---- arena.c ---- */
 extern shoal_lock_t arena_lock;
@@ -289,5 +298,6 @@ static inline void counter_add(_Atomic(size_t) *counter, size_t amount) {
                         memory_order_relaxed);
 }
 extern _Atomic(size_t) stat_segments, stat_pages, stat_huge_blocks;
+extern heap_counters_t orphan_counters; /* frees by threads without a heap */
 
 #endif /* SHOAL_INTERNAL_H */

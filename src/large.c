@@ -11,7 +11,7 @@
 
 #include <string.h>
 
-#define HUGE_CACHE_SLOTS 16
+#define HUGE_CACHE_SLOTS      16
 #define HUGE_CACHE_MIN_AGE_MS 1000 /* never unmap a cached block younger than this */
 
 typedef struct huge_cache_entry_s {
@@ -24,6 +24,7 @@ static struct {
   huge_cache_entry_t entries[HUGE_CACHE_SLOTS]; /* (huge_lock) */
   size_t count;                                 /* (huge_lock) */
   size_t bytes;                                 /* (huge_lock) */
+  _Atomic(bool) nonempty;                       /* count > 0, readable without the lock */
 } cache;
 
 static size_t round_to_os_page(size_t size) {
@@ -50,28 +51,51 @@ static void huge_unmap(shoal_segment_t *segment) {
   os_unmap(segment, segment->size);
 }
 
-/* Best fit from the cache; a much larger block is trimmed to size. */
+/* Resize a cached block's mapping; keeps its resident pages. False: unchanged. */
+static bool huge_resize_mapping(shoal_segment_t **segment, size_t mapped) {
+  shoal_segment_t *old = *segment;
+  size_t old_size = old->size;
+  /* Clear the map first: once the kernel frees a range another thread may
+   * map a segment there and mark it. */
+  segment_map_set(old, old_size, 0);
+  shoal_segment_t *moved = os_remap_aligned(old, old_size, mapped, SEGMENT_SIZE);
+  if (moved == NULL) {
+    segment_map_set(old, old_size, 1);
+    return false;
+  }
+  moved->size = mapped;
+  segment_map_set(moved, mapped, 1);
+  *segment = moved;
+  return true;
+}
+
+/* Best fit from the cache. Missing that, the largest cached block grows to
+ * size: its resident pages need no fault, only the new tail does. A block
+ * more than twice the size is trimmed, giving the excess back. */
 static shoal_segment_t *huge_cache_take(size_t mapped) {
   lock_acquire(&huge_lock);
-  size_t best = cache.count;
+  size_t best = cache.count, largest = cache.count;
   for (size_t i = 0; i < cache.count; i++) {
     size_t size = cache.entries[i].segment->size;
     if (size >= mapped && (best == cache.count || size < cache.entries[best].segment->size))
       best = i;
+    if (largest == cache.count || size > cache.entries[largest].segment->size) largest = i;
   }
+  if (best == cache.count) best = largest;
   shoal_segment_t *segment = NULL;
   if (best < cache.count) {
     segment = cache.entries[best].segment;
     cache.entries[best] = cache.entries[--cache.count];
     cache.bytes -= segment->size;
   }
+  atomic_store_explicit(&cache.nonempty, cache.count > 0, memory_order_relaxed);
   lock_release(&huge_lock);
-  if (segment != NULL && segment->size - mapped > mapped / 4) {
-    /* Clear the map before the tail goes: another thread may map it at once. */
-    segment_map_set(segment, segment->size, 0);
-    if (os_remap_aligned(segment, segment->size, mapped, SEGMENT_SIZE) == segment)
-      segment->size = mapped;
-    segment_map_set(segment, segment->size, 1);
+  if (segment == NULL) return NULL;
+  if (segment->size < mapped || segment->size - mapped > mapped) {
+    if (!huge_resize_mapping(&segment, mapped) && segment->size < mapped) {
+      huge_unmap(segment);
+      return NULL;
+    }
   }
   return segment;
 }
@@ -111,7 +135,8 @@ void huge_free(shoal_segment_t *segment) {
   bool cacheable = !segment->pages[0].has_aligned && segment->size <= limit;
   lock_acquire(&huge_lock);
   if (cacheable) {
-    while (cache.count > 0 && (cache.count == HUGE_CACHE_SLOTS || cache.bytes + segment->size > limit)) {
+    while (cache.count > 0 &&
+           (cache.count == HUGE_CACHE_SLOTS || cache.bytes + segment->size > limit)) {
       evicted[evicted_count++] = cache.entries[0].segment; /* the oldest */
       cache.bytes -= cache.entries[0].segment->size;
       memmove(&cache.entries[0], &cache.entries[1], --cache.count * sizeof cache.entries[0]);
@@ -121,13 +146,14 @@ void huge_free(shoal_segment_t *segment) {
   } else {
     evicted[evicted_count++] = segment;
   }
+  atomic_store_explicit(&cache.nonempty, cache.count > 0, memory_order_relaxed);
   lock_release(&huge_lock);
   for (size_t i = 0; i < evicted_count; i++) huge_unmap(evicted[i]);
 }
 
 /* Unmap cached blocks older than the purge delay (all of them with force). */
 void huge_cache_trim(bool force) {
-  if (__atomic_load_n(&cache.count, __ATOMIC_RELAXED) == 0) return;
+  if (!atomic_load_explicit(&cache.nonempty, memory_order_relaxed)) return;
   int64_t now = os_now_ms();
   long delay = option(SHOAL_OPTION_PURGE_DELAY);
   int64_t max_age = delay > HUGE_CACHE_MIN_AGE_MS ? delay : HUGE_CACHE_MIN_AGE_MS;
@@ -143,6 +169,7 @@ void huge_cache_trim(bool force) {
       i++;
     }
   }
+  atomic_store_explicit(&cache.nonempty, cache.count > 0, memory_order_relaxed);
   lock_release(&huge_lock);
   for (size_t i = 0; i < expired_count; i++) huge_unmap(expired[i]);
 }
@@ -153,21 +180,28 @@ void *huge_realloc(shoal_segment_t *segment, size_t new_size) {
   if (new_size > PTRDIFF_MAX - offset - SEGMENT_SIZE) return NULL;
   size_t old_mapped = segment->size, mapped = round_to_os_page(offset + new_size);
   if (mapped == old_mapped) return segment->pages[0].start;
-  size_t align = offset > SEGMENT_SIZE ? offset : SEGMENT_SIZE;
-  /* Clear the map first: once the kernel frees the old range another
-   * thread may map a segment there and mark it. */
-  segment_map_set(segment, old_mapped, 0);
-  shoal_segment_t *moved = os_remap_aligned(segment, old_mapped, mapped, align);
-  if (moved == NULL) {
-    segment_map_set(segment, old_mapped, 1);
-    return NULL;
-  }
-  segment_map_set(moved, mapped, 1);
-  moved->size = mapped;
+  shoal_segment_t *moved = segment;
+  if (!huge_resize_mapping(&moved, mapped)) return NULL;
   moved->pages[0].start = (uint8_t *)moved + offset;
   return moved->pages[0].start;
 }
 
 size_t huge_usable_size(const shoal_segment_t *segment, const void *p) {
   return (size_t)((const uint8_t *)segment + segment->size - (const uint8_t *)p);
+}
+
+/* fork: the same discipline as the arena lock (arena.c). */
+static bool huge_locked_for_fork;
+
+void huge_fork_prepare(void) {
+  huge_locked_for_fork = !lock_held_by_me(&huge_lock);
+  if (huge_locked_for_fork) lock_acquire(&huge_lock);
+}
+
+void huge_fork_parent(void) {
+  if (huge_locked_for_fork) lock_release(&huge_lock);
+}
+
+void huge_fork_child(void) {
+  lock_reset(&huge_lock);
 }

@@ -23,7 +23,9 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-static uintptr_t self(void) { return (uintptr_t)pthread_self(); }
+static uintptr_t self(void) {
+  return (uintptr_t)pthread_self();
+}
 
 bool lock_try_acquire(shoal_lock_t *lock) {
   int expected = LOCK_FREE;

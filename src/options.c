@@ -35,7 +35,7 @@ static const option_descriptor_t descriptors[SHOAL_OPTION_COUNT] = {
                                      "over-allocate when realloc grows a block step by step"},
 };
 
-static _Atomic(long) values[SHOAL_OPTION_COUNT];
+_Atomic(long) option_values[SHOAL_OPTION_COUNT];
 static _Atomic(int) values_loaded;
 
 static bool parse_bool(const char *text, long *out) {
@@ -55,10 +55,20 @@ static bool parse_number(const char *text, bool allow_suffix, long *out) {
   if (allow_suffix && *end != '\0') {
     int shift = 0;
     switch (*end) {
-    case 'k': case 'K': shift = 10; break;
-    case 'm': case 'M': shift = 20; break;
-    case 'g': case 'G': shift = 30; break;
-    default: return false;
+    case 'k':
+    case 'K':
+      shift = 10;
+      break;
+    case 'm':
+    case 'M':
+      shift = 20;
+      break;
+    case 'g':
+    case 'G':
+      shift = 30;
+      break;
+    default:
+      return false;
     }
     end++;
     if (*end == 'i' || *end == 'I') end++;
@@ -88,12 +98,10 @@ void options_init(void) {
                 d->kind == OPTION_BOOL ? "expected 0 or 1" : "expected a number", value);
       }
     }
-    atomic_store_explicit(&values[i], value, memory_order_relaxed);
+    atomic_store_explicit(&option_values[i], value, memory_order_relaxed);
   }
   atomic_store_explicit(&values_loaded, 1, memory_order_release);
 }
-
-long option(shoal_option_t which) { return atomic_load_explicit(&values[which], memory_order_relaxed); }
 
 exported long shoal_option_get(shoal_option_t which) {
   if ((unsigned)which >= SHOAL_OPTION_COUNT) return -1;
@@ -104,7 +112,7 @@ exported long shoal_option_get(shoal_option_t which) {
 exported void shoal_option_set(shoal_option_t which, long value) {
   if ((unsigned)which >= SHOAL_OPTION_COUNT || value < 0) return;
   options_init();
-  atomic_store_explicit(&values[which], value, memory_order_relaxed);
+  atomic_store_explicit(&option_values[which], value, memory_order_relaxed);
 }
 
 exported const char *shoal_option_name(shoal_option_t which) {

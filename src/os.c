@@ -22,15 +22,17 @@
 static _Atomic(size_t) reserved_bytes, committed_bytes, peak_committed_bytes;
 static _Atomic(size_t) purge_count, purged_bytes;
 
-size_t os_page_size(void) { return 4096; }
+size_t os_page_size(void) {
+  return 4096;
+}
 
 static void account_map(size_t size) {
   atomic_fetch_add_explicit(&reserved_bytes, size, memory_order_relaxed);
   size_t now = atomic_fetch_add_explicit(&committed_bytes, size, memory_order_relaxed) + size;
   size_t peak = atomic_load_explicit(&peak_committed_bytes, memory_order_relaxed);
-  while (now > peak && !atomic_compare_exchange_weak_explicit(&peak_committed_bytes, &peak, now,
-                                                              memory_order_relaxed,
-                                                              memory_order_relaxed)) {
+  while (now > peak &&
+         !atomic_compare_exchange_weak_explicit(&peak_committed_bytes, &peak, now,
+                                                memory_order_relaxed, memory_order_relaxed)) {
   }
 }
 
@@ -41,8 +43,8 @@ static void account_unmap(size_t size) {
 
 /* mmap with the kernel's errno turned into ENOMEM: every failure of ours is one. */
 static void *map_anonymous(void *hint, size_t size, int extra_flags) {
-  void *p = mmap(hint, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | extra_flags,
-                 -1, 0);
+  void *p =
+      mmap(hint, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | extra_flags, -1, 0);
   if (p == MAP_FAILED) {
     errno = ENOMEM;
     return NULL;
@@ -101,8 +103,10 @@ void *os_remap_aligned(void *address, size_t old_size, size_t new_size, size_t a
       return NULL;
     }
   }
-  if (new_size > old_size) account_map(new_size - old_size);
-  else account_unmap(old_size - new_size);
+  if (new_size > old_size)
+    account_map(new_size - old_size);
+  else
+    account_unmap(old_size - new_size);
   return p;
 }
 
@@ -130,7 +134,9 @@ void os_futex_wake_one(_Atomic(int) *address) {
   syscall(SYS_futex, (int *)address, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
-void os_yield(void) { sched_yield(); }
+void os_yield(void) {
+  sched_yield();
+}
 
 void os_write_stderr(const char *text, size_t length) {
   while (length > 0) {
@@ -144,14 +150,22 @@ void os_write_stderr(const char *text, size_t length) {
   }
 }
 
-void os_abort(void) { abort(); }
+void os_abort(void) {
+  abort();
+}
 
-size_t os_reserved_bytes(void) { return atomic_load_explicit(&reserved_bytes, memory_order_relaxed); }
+size_t os_reserved_bytes(void) {
+  return atomic_load_explicit(&reserved_bytes, memory_order_relaxed);
+}
 size_t os_committed_bytes(void) {
   return atomic_load_explicit(&committed_bytes, memory_order_relaxed);
 }
 size_t os_peak_committed_bytes(void) {
   return atomic_load_explicit(&peak_committed_bytes, memory_order_relaxed);
 }
-size_t os_purge_count(void) { return atomic_load_explicit(&purge_count, memory_order_relaxed); }
-size_t os_purged_bytes(void) { return atomic_load_explicit(&purged_bytes, memory_order_relaxed); }
+size_t os_purge_count(void) {
+  return atomic_load_explicit(&purge_count, memory_order_relaxed);
+}
+size_t os_purged_bytes(void) {
+  return atomic_load_explicit(&purged_bytes, memory_order_relaxed);
+}

@@ -56,9 +56,11 @@ bool page_extend(shoal_page_t *page) {
  * blocks came from other threads. */
 size_t page_collect(shoal_page_t *page) {
   if (page->local_free != NULL) {
-    shoal_block_t *tail = page->local_free;
-    while (tail->next != NULL) tail = tail->next;
-    tail->next = page->free;
+    if (page->free != NULL) { /* rare (explicit collect): splice at the tail */
+      shoal_block_t *tail = page->local_free;
+      while (tail->next != NULL) tail = tail->next;
+      tail->next = page->free;
+    }
     page->free = page->local_free;
     page->local_free = NULL;
     page->is_zero = 0;

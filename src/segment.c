@@ -14,6 +14,10 @@
 
 #include <string.h>
 
+_Static_assert(sizeof(shoal_page_t) == 128, "page descriptors index by shift");
+_Static_assert(offsetof(shoal_page_t, xthread_free) == 64, "fast-path fields share one line");
+_Static_assert(sizeof(shoal_segment_t) <= SLICE_SIZE, "the header fits in slice 0");
+
 _Atomic(uint8_t) segment_map[SEGMENT_MAP_ENTRIES];
 _Atomic(size_t) stat_segments, stat_pages, stat_huge_blocks;
 
@@ -65,8 +69,10 @@ static void heap_segment_link(shoal_heap_t *heap, shoal_segment_t *segment) {
 }
 
 static void heap_segment_unlink(shoal_heap_t *heap, shoal_segment_t *segment) {
-  if (segment->prev != NULL) segment->prev->next = segment->next;
-  else heap->segments = segment->next;
+  if (segment->prev != NULL)
+    segment->prev->next = segment->next;
+  else
+    heap->segments = segment->next;
   if (segment->next != NULL) segment->next->prev = segment->prev;
   segment->next = segment->prev = NULL;
 }

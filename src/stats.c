@@ -5,9 +5,9 @@
 
 #include <string.h>
 
-static void add_heap(shoal_heap_t *heap, void *context) {
-  shoal_stats_t *stats = context;
-  heap_counters_t *c = &heap->counters;
+heap_counters_t orphan_counters;
+
+static void add_counters(shoal_stats_t *stats, heap_counters_t *c) {
   size_t allocated = atomic_load_explicit(&c->allocated_blocks, memory_order_relaxed);
   size_t freed = atomic_load_explicit(&c->freed_blocks, memory_order_relaxed);
   size_t allocated_bytes = atomic_load_explicit(&c->allocated_bytes, memory_order_relaxed);
@@ -19,9 +19,14 @@ static void add_heap(shoal_heap_t *heap, void *context) {
   stats->remote_frees += atomic_load_explicit(&c->remote_frees, memory_order_relaxed);
 }
 
+static void add_heap(shoal_heap_t *heap, void *context) {
+  add_counters(context, &heap->counters);
+}
+
 exported void shoal_stats_get(shoal_stats_t *stats) {
   memset(stats, 0, sizeof *stats);
   arena_for_each_heap(add_heap, stats);
+  add_counters(stats, &orphan_counters);
   stats->os_reserved_bytes = os_reserved_bytes();
   stats->os_committed_bytes = os_committed_bytes();
   stats->os_peak_committed_bytes = os_peak_committed_bytes();

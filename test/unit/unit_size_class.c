@@ -1,7 +1,8 @@
-/* Size classes: the table and the bit arithmetic agree, waste above 64 B is
- * at most 12.5 %, classes are ordered, and the class of a size rounded up to
- * an alignment is a multiple of that alignment (what aligned allocation
- * relies on to avoid interior pointers). */
+/* Size classes: the table and the bit arithmetic agree, every class is a
+ * multiple of 16, waste above 128 B is at most 12.5 % (above 64 B at most
+ * 15/65, the price of 16-byte alignment), classes are ordered, and the class of a size rounded up
+ * to an alignment is a multiple of that alignment (what aligned allocation relies on to avoid
+ * interior pointers). */
 #include "../testhelper.h"
 #include "internal.h"
 
@@ -14,10 +15,14 @@ int main(void) {
     CHECK_CTX(c < CLASS_COUNT, "size %zu", size);
     CHECK_CTX(class_block_size[c] >= size, "size %zu", size);
     CHECK_CTX(c == 0 || class_block_size[c - 1] < size, "size %zu: not the smallest class", size);
-    if (size > 64) CHECK_CTX((class_block_size[c] - size) * 8 <= size, "size %zu wastes >12.5%%", size);
+    CHECK(class_block_size[c] % 16 == 0);
+    if (size > 128)
+      CHECK_CTX((class_block_size[c] - size) * 8 <= size, "size %zu wastes >12.5%%", size);
+    if (size > 64) CHECK_CTX((class_block_size[c] - size) * 65 <= size * 15, "size %zu", size);
     if (size > DIRECT_MAX) CHECK(size_class_of_large(size) == c);
   }
-  for (size_t size = 17; size <= DIRECT_MAX; size++) CHECK(size_class_of_large(size) == size_class_of(size) || size <= 128);
+  for (size_t size = 129; size <= DIRECT_MAX; size++)
+    CHECK(size_class_of_large(size) == size_class_of(size));
   for (size_t alignment = 16; alignment <= MEDIUM_MAX; alignment *= 2)
     for (size_t size = alignment; size <= MEDIUM_MAX; size += alignment)
       CHECK_CTX(class_block_size[size_class_of(size)] % alignment == 0, "size %zu align %zu", size,
