@@ -335,6 +335,19 @@ static slow_path void *realloc_slow(void *p, size_t size) {
   }
   if (realloc_fits(usable, size)) return p;
   shoal_segment_t *segment = segment_find(p);
+  shoal_page_t *page = segment_page_of(segment, p);
+  shoal_heap_t *heap = thread_heap;
+  if (segment->kind == SEGMENT_NORMAL && page->size_class == CLASS_LARGE && size > usable &&
+      size <= LARGE_MAX &&
+      atomic_load_explicit(&page->owner, memory_order_relaxed) == (uintptr_t)heap) {
+    /* A large block grows over the free slices after it: no copy. */
+    size_t old_bytes = page->block_size;
+    size_t wanted = (size_t)((uint8_t *)p - page->start) + size;
+    if (segment_page_grow(heap, page, (wanted + SLICE_SIZE - 1) / SLICE_SIZE)) {
+      counter_add(&heap->counters.allocated_bytes, page->block_size - old_bytes);
+      return p;
+    }
+  }
   if (segment->kind == SEGMENT_HUGE && size > LARGE_MAX && !segment->pages[0].has_aligned) {
     void *moved = huge_realloc(segment, size);
     if (moved != NULL) {

@@ -90,6 +90,10 @@ static void heap_unpark_listed(shoal_heap_t *heap, shoal_page_t *page) {
 
 /* ---- page retirement and remote-free notifications ---- */
 
+static void heap_maybe_purge(shoal_heap_t *heap) {
+  if (heap->purge_at_ms != 0 && os_now_ms() >= heap->purge_at_ms) segment_purge_heap(heap);
+}
+
 static bool page_is_alone_in_queue(shoal_heap_t *heap, shoal_page_t *page) {
   page_queue_t *queue = &heap->queues[page->size_class];
   return queue->first == page && queue->last == page;
@@ -102,7 +106,11 @@ void heap_page_retire(shoal_heap_t *heap, shoal_page_t *page) {
     segment_page_free(heap, page);
     return;
   }
-  if (page_is_alone_in_queue(heap, page)) return;
+  if (page_is_alone_in_queue(heap, page)) {
+    /* A page just emptied: a quiet moment to see if a purge is due. */
+    if (unlikely(heap->purge_at_ms != 0)) heap_maybe_purge(heap);
+    return;
+  }
   queue_remove(heap, page);
   segment_page_free(heap, page);
 }
@@ -138,10 +146,6 @@ static void heap_drain(shoal_heap_t *heap, bool abandoned) {
 
 void heap_drain_notified(shoal_heap_t *heap) {
   if (atomic_load_explicit(&heap->notified, memory_order_relaxed) != NULL) heap_drain(heap, false);
-}
-
-static void heap_maybe_purge(shoal_heap_t *heap) {
-  if (heap->purge_at_ms != 0 && os_now_ms() >= heap->purge_at_ms) segment_purge_heap(heap);
 }
 
 /* ---- finding a page with a free block ---- */
@@ -316,7 +320,11 @@ void heap_service_abandoned(shoal_heap_t *heap) {
                                                  memory_order_seq_cst, memory_order_relaxed))
       return; /* adopted, or someone else is servicing it */
     heap_drain(heap, true);
-    if (heap->purge_pending_bytes != 0) segment_purge_heap(heap);
+    /* Nobody else will purge for a dead thread: do it here, in batches. */
+    if (heap->purge_pending_bytes > (size_t)option(SHOAL_OPTION_PURGE_LIMIT) / 4)
+      segment_purge_heap(heap);
+    else
+      heap_maybe_purge(heap);
     atomic_store_explicit(&heap->state, HEAP_ABANDONED, memory_order_seq_cst);
     if (atomic_load_explicit(&heap->notified, memory_order_seq_cst) == NULL) return;
   }

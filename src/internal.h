@@ -226,6 +226,7 @@ static inline shoal_page_t *segment_page_of(shoal_segment_t *segment, const void
 shoal_segment_t *segment_find(const void *p); /* any pointer into shoal memory, or NULL */
 shoal_page_t *segment_page_alloc(struct shoal_heap_s *heap, size_t slices);
 void segment_page_free(struct shoal_heap_s *heap, shoal_page_t *page);
+bool segment_page_grow(struct shoal_heap_s *heap, shoal_page_t *page, size_t slices);
 void segment_map_set(shoal_segment_t *segment, size_t size, uint8_t head);
 void segment_purge_heap(struct shoal_heap_s *heap);
 uint8_t *page_slice_start(const shoal_page_t *page);

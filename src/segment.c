@@ -116,6 +116,24 @@ shoal_page_t *segment_page_alloc(shoal_heap_t *heap, size_t slices) {
   return page;
 }
 
+/* Grow a single-block page in place over the free slices that follow it.
+ * Owner only. False when they are taken or the segment ends first. */
+bool segment_page_grow(shoal_heap_t *heap, shoal_page_t *page, size_t slices) {
+  shoal_segment_t *segment = segment_of(page);
+  size_t first = (size_t)(page - segment->pages), have = page->slice_count;
+  if (first + slices > SLICES_PER_SEGMENT) return false;
+  uint64_t mask = slice_mask(first + have, slices - have);
+  if ((segment->free_slices & mask) != mask) return false;
+  heap->purge_pending_bytes -= pending_bytes(segment, mask);
+  segment->free_slices &= ~mask;
+  segment->dirty_slices |= mask;
+  for (size_t i = first + have; i < first + slices; i++) segment->slice_page[i] = (uint8_t)first;
+  page->slice_count = (uint8_t)slices;
+  page->block_size = (uint32_t)(slices * SLICE_SIZE);
+  page->block_divisor = UINT64_MAX / page->block_size + 1;
+  return true;
+}
+
 /* Purge the free, touched slices of one segment, a contiguous run at a time. */
 static void segment_purge(shoal_segment_t *segment) {
   uint64_t bits = segment->free_slices & segment->dirty_slices & ~SLICE_HEADER_BITS;
