@@ -65,39 +65,46 @@ static shoal_block_t *block_lookup(const void *p, const char *function, shoal_pa
  * allocated, or after its heap was abandoned at exit (the C library frees
  * thread data after key destructors ran): such frees count in the shared
  * orphan counters instead of creating a heap nobody would abandon. */
-static void count_free(shoal_heap_t *heap, size_t bytes, bool remote) {
-  heap_counters_t *counters = heap != &heap_empty ? &heap->counters : NULL;
-  if (counters == NULL) {
-    atomic_fetch_add_explicit(&orphan_counters.freed_blocks, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&orphan_counters.freed_bytes, bytes, memory_order_relaxed);
-    if (remote) atomic_fetch_add_explicit(&orphan_counters.remote_frees, 1, memory_order_relaxed);
+static void count_free(shoal_heap_t *heap, uint8_t size_class, size_t bytes, bool remote) {
+  if (heap == &heap_empty) {
+    heap_counters_t *c = &orphan_counters;
+    atomic_fetch_add_explicit(&c->freed[size_class], 1, memory_order_relaxed);
+    if (size_class >= CLASS_COUNT)
+      atomic_fetch_add_explicit(&c->outsized_freed_bytes, bytes, memory_order_relaxed);
+    if (remote) atomic_fetch_add_explicit(&c->remote_frees, 1, memory_order_relaxed);
     return;
   }
-  counter_add(&counters->freed_blocks, 1);
-  counter_add(&counters->freed_bytes, bytes);
-  if (remote) counter_add(&counters->remote_frees, 1);
+  heap_counters_t *c = &heap->counters;
+  counter_add(&c->freed[size_class], 1);
+  if (size_class >= CLASS_COUNT) counter_add(&c->outsized_freed_bytes, bytes);
+  if (remote) counter_add(&c->remote_frees, 1);
 }
 
 /* A local free that emptied the page or hit a parked page. */
 void heap_page_freed(shoal_heap_t *heap, shoal_page_t *page) {
-  if (page->in_full) {
-    if (!page_unpark(page)) return; /* a notification is on its way: the drain decides */
-    page->in_full = 0;
-    if (page->prev != NULL)
-      page->prev->next = page->next;
-    else
-      heap->full.first = page->next;
-    if (page->next != NULL)
-      page->next->prev = page->prev;
-    else
-      heap->full.last = page->prev;
-    page->next = page->prev = NULL;
-    if (page->size_class == CLASS_LARGE) {
-      heap_page_retire(heap, page);
-      return;
-    }
-    heap_queue_push(heap, page);
+  if (likely(!page->in_full)) { /* emptied; the common case keeps it as its class's last page */
+    page_queue_t *queue = &heap->queues[page->size_class];
+    if (queue->first == page && queue->last == page && likely(heap->purge_at_ms == 0)) return;
+    heap_page_retire(heap, page);
+    return;
   }
+  if (!page_unpark(page)) return; /* a notification is on its way: the drain decides */
+  page->in_full = 0;
+  if (page->prev != NULL)
+    page->prev->next = page->next;
+  else
+    heap->full.first = page->next;
+  if (page->next != NULL)
+    page->next->prev = page->prev;
+  else
+    heap->full.last = page->prev;
+  page->next = page->prev = NULL;
+  if (page->size_class == CLASS_LARGE) { /* the fast path counted the block, not its bytes */
+    counter_add(&heap->counters.outsized_freed_bytes, page->block_size);
+    heap_page_retire(heap, page);
+    return;
+  }
+  heap_queue_push(heap, page);
   if (page->used == 0) heap_page_retire(heap, page);
 }
 
@@ -107,7 +114,7 @@ void free_not_local(shoal_page_t *page, shoal_block_t *block) {
     free_slow(block, 0);
     return;
   }
-  count_free(thread_heap, page->block_size, true);
+  count_free(thread_heap, page->size_class, page->block_size, true);
   block->key = free_key;
   uintptr_t head = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
   do {
@@ -122,7 +129,7 @@ static void free_huge(shoal_segment_t *segment, shoal_block_t *block, const void
     report_bad_pointer("free", p, "double free");
     return;
   }
-  count_free(thread_heap, huge_usable_size(segment, block), false);
+  count_free(thread_heap, CLASS_HUGE, huge_usable_size(segment, block), false);
   block->key = free_key;
   huge_free(segment);
 }
@@ -157,8 +164,7 @@ slow_path void free_slow(void *p, size_t size_hint) {
     block->next = page->local_free;
     block->key = free_key;
     page->local_free = block;
-    counter_add(&heap->counters.freed_blocks, 1);
-    counter_add(&heap->counters.freed_bytes, page->block_size);
+    counter_add(&heap->counters.freed[page->size_class], 1);
     if (--page->used == 0 || page->in_full) heap_page_freed(heap, page);
   } else {
     free_not_local(page, block);
@@ -344,7 +350,7 @@ static slow_path void *realloc_slow(void *p, size_t size) {
     size_t old_bytes = page->block_size;
     size_t wanted = (size_t)((uint8_t *)p - page->start) + size;
     if (segment_page_grow(heap, page, (wanted + SLICE_SIZE - 1) / SLICE_SIZE)) {
-      counter_add(&heap->counters.allocated_bytes, page->block_size - old_bytes);
+      counter_add(&heap->counters.outsized_allocated_bytes, page->block_size - old_bytes);
       return p;
     }
   }
@@ -353,8 +359,9 @@ static slow_path void *realloc_slow(void *p, size_t size) {
     if (moved != NULL) {
       shoal_heap_t *heap = thread_heap;
       if (heap != &heap_empty) { /* the block changed size: keep live bytes exact */
-        counter_add(&heap->counters.allocated_bytes, huge_usable_size(segment_of(moved), moved));
-        counter_add(&heap->counters.freed_bytes, usable);
+        counter_add(&heap->counters.outsized_allocated_bytes,
+                    huge_usable_size(segment_of(moved), moved));
+        counter_add(&heap->counters.outsized_freed_bytes, usable);
       }
       return moved;
     }

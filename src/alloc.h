@@ -25,8 +25,7 @@ fast_path void *alloc_fast(size_t size) {
       page->free = block->next;
       page->used++;
       block->key = 0;
-      counter_add(&heap->counters.allocated_blocks, 1);
-      counter_add(&heap->counters.allocated_bytes, page->block_size);
+      counter_add(&heap->counters.allocated[page->size_class], 1);
       return block;
     }
   }
@@ -46,8 +45,7 @@ fast_path void free_fast(void *p, size_t size_hint) {
     block->next = page->local_free;
     block->key = free_key;
     page->local_free = block;
-    counter_add(&heap->counters.freed_blocks, 1);
-    counter_add(&heap->counters.freed_bytes, page->block_size);
+    counter_add(&heap->counters.freed[page->size_class], 1);
     if (unlikely(--page->used == 0 || page->in_full)) heap_page_freed(heap, page);
     return;
   }

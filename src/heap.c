@@ -189,8 +189,7 @@ static inline void *page_pop(shoal_heap_t *heap, shoal_page_t *page) {
   page->free = block->next;
   page->used++;
   block->key = 0;
-  counter_add(&heap->counters.allocated_blocks, 1);
-  counter_add(&heap->counters.allocated_bytes, page->block_size);
+  counter_add(&heap->counters.allocated[page->size_class], 1);
   return block;
 }
 
@@ -216,8 +215,9 @@ void *heap_malloc_large(shoal_heap_t *heap, size_t size, size_t alignment) {
   if (size > LARGE_MAX || size + extra > LARGE_MAX) {
     void *block = huge_alloc(size, alignment, false);
     if (block == NULL) return out_of_memory();
-    counter_add(&heap->counters.allocated_blocks, 1);
-    counter_add(&heap->counters.allocated_bytes, huge_usable_size(segment_find(block), block));
+    counter_add(&heap->counters.allocated[CLASS_HUGE], 1);
+    counter_add(&heap->counters.outsized_allocated_bytes,
+                huge_usable_size(segment_find(block), block));
     return block;
   }
   heap_drain_notified(heap);
@@ -237,8 +237,8 @@ void *heap_malloc_large(shoal_heap_t *heap, size_t size, size_t alignment) {
   /* Dirty slices may hold a free key; the key of an aligned block is kept
    * at the page start, where free looks for it. */
   ((shoal_block_t *)page->start)->key = 0;
-  counter_add(&heap->counters.allocated_blocks, 1);
-  counter_add(&heap->counters.allocated_bytes, page->block_size);
+  counter_add(&heap->counters.allocated[CLASS_LARGE], 1);
+  counter_add(&heap->counters.outsized_allocated_bytes, page->block_size);
   return block;
 }
 

@@ -63,10 +63,11 @@
 
 /* Size classes: 16..128 in steps of 16, then 8 classes per doubling up to
  * MEDIUM_MAX; every block 16-byte aligned (size_class.c says why). */
-#define CLASS_COUNT 80
-#define CLASS_NONE  0xff /* page descriptor of a free slice or a header */
-#define CLASS_LARGE 0xfe /* single-block page of slices */
-#define CLASS_HUGE  0xfd /* the page of a huge segment */
+#define CLASS_COUNT   80
+#define CLASS_LARGE   CLASS_COUNT       /* single-block page of slices */
+#define CLASS_HUGE    (CLASS_COUNT + 1) /* the page of a huge segment */
+#define CLASS_NONE    (CLASS_COUNT + 2) /* descriptor of a free slice or a header */
+#define COUNTER_SLOTS (CLASS_COUNT + 3) /* counters are kept per class */
 
 /* ---- core types ---- */
 typedef struct shoal_block_s {
@@ -126,10 +127,13 @@ typedef enum heap_state_e {
 } heap_state_t;
 
 /* Counters written by the owner with plain (relaxed) stores and read by
- * anyone: summed over all heaps they give exact process figures. */
+ * anyone: summed over all heaps they give exact process figures. Blocks are
+ * counted per size class, so the fast paths add one and bytes follow from
+ * the class; large and huge blocks, whose sizes vary, add their bytes too. */
 typedef struct heap_counters_s {
-  _Atomic(size_t) allocated_blocks, allocated_bytes;
-  _Atomic(size_t) freed_blocks, freed_bytes;
+  _Atomic(size_t) allocated[COUNTER_SLOTS];
+  _Atomic(size_t) freed[COUNTER_SLOTS];
+  _Atomic(size_t) outsized_allocated_bytes, outsized_freed_bytes;
   _Atomic(size_t) remote_frees;
 } heap_counters_t;
 

@@ -7,16 +7,21 @@
 
 heap_counters_t orphan_counters;
 
+static size_t counter_read(_Atomic(size_t) *counter) {
+  return atomic_load_explicit(counter, memory_order_relaxed);
+}
+
+/* Per heap a difference may be negative (another thread freed what this one
+ * allocated); the sum over heaps is not, and wrap-around cancels out. */
 static void add_counters(shoal_stats_t *stats, heap_counters_t *c) {
-  size_t allocated = atomic_load_explicit(&c->allocated_blocks, memory_order_relaxed);
-  size_t freed = atomic_load_explicit(&c->freed_blocks, memory_order_relaxed);
-  size_t allocated_bytes = atomic_load_explicit(&c->allocated_bytes, memory_order_relaxed);
-  size_t freed_bytes = atomic_load_explicit(&c->freed_bytes, memory_order_relaxed);
-  /* Per heap the difference may be negative (another thread freed what this
-   * one allocated); the sum over heaps is not. Wrap-around cancels out. */
-  stats->live_blocks += allocated - freed;
-  stats->live_bytes += allocated_bytes - freed_bytes;
-  stats->remote_frees += atomic_load_explicit(&c->remote_frees, memory_order_relaxed);
+  for (int slot = 0; slot < COUNTER_SLOTS; slot++) {
+    size_t live = counter_read(&c->allocated[slot]) - counter_read(&c->freed[slot]);
+    stats->live_blocks += live;
+    if (slot < CLASS_COUNT) stats->live_bytes += live * class_block_size[slot];
+  }
+  stats->live_bytes +=
+      counter_read(&c->outsized_allocated_bytes) - counter_read(&c->outsized_freed_bytes);
+  stats->remote_frees += counter_read(&c->remote_frees);
 }
 
 static void add_heap(shoal_heap_t *heap, void *context) {
