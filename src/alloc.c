@@ -119,8 +119,10 @@ void free_not_local(shoal_page_t *page, shoal_block_t *block) {
   uintptr_t head = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
   do {
     block->next = (shoal_block_t *)(head & ~(uintptr_t)1);
+    /* acq_rel: a pusher that clears the notify bit then uses the page's
+     * notify link, which the owner's parking (a release) handed over. */
   } while (!atomic_compare_exchange_weak_explicit(&page->xthread_free, &head, (uintptr_t)block,
-                                                  memory_order_release, memory_order_relaxed));
+                                                  memory_order_acq_rel, memory_order_relaxed));
   if (head & 1) page_notify_owner(page);
 }
 

@@ -50,11 +50,18 @@ shoal_segment_t *arena_segment_acquire(void) {
     segment = os_map_aligned(SEGMENT_SIZE, SEGMENT_SIZE);
     if (segment == NULL) return NULL;
     segment->dirty_slices = SLICE_HEADER_BITS;
+    os_commit_note((ptrdiff_t)SLICE_SIZE);
     segment_map_set(segment, SEGMENT_SIZE, 1);
   }
   segment_reset_header(segment);
   atomic_fetch_add_explicit(&stat_segments, 1, memory_order_relaxed);
   return segment;
+}
+
+static void segment_unmap(shoal_segment_t *segment) {
+  segment_map_set(segment, SEGMENT_SIZE, 0);
+  os_commit_note(-(ptrdiff_t)((size_t)__builtin_popcountll(segment->dirty_slices) * SLICE_SIZE));
+  os_unmap(segment, SEGMENT_SIZE);
 }
 
 /* An empty segment: purge its slices now (it may sit unused for long) and
@@ -66,6 +73,7 @@ void arena_segment_release(shoal_segment_t *segment) {
     size_t first = (size_t)__builtin_ctzll(dirty);
     size_t last = 63 - (size_t)__builtin_clzll(dirty);
     os_purge((uint8_t *)segment + first * SLICE_SIZE, (last - first + 1) * SLICE_SIZE);
+    os_commit_note(-(ptrdiff_t)((size_t)__builtin_popcountll(dirty) * SLICE_SIZE));
     segment->dirty_slices = SLICE_HEADER_BITS;
   }
   atomic_fetch_sub_explicit(&stat_segments, 1, memory_order_relaxed);
@@ -75,10 +83,7 @@ void arena_segment_release(shoal_segment_t *segment) {
     segment = NULL;
   }
   lock_release(&arena_lock);
-  if (segment != NULL) {
-    segment_map_set(segment, SEGMENT_SIZE, 0);
-    os_unmap(segment, SEGMENT_SIZE);
-  }
+  if (segment != NULL) segment_unmap(segment);
 }
 
 void arena_cache_trim(bool force) {
@@ -89,10 +94,7 @@ void arena_cache_trim(bool force) {
   memcpy(segments, arena.cached, count * sizeof segments[0]);
   arena.cached_count = 0;
   lock_release(&arena_lock);
-  for (size_t i = 0; i < count; i++) {
-    segment_map_set(segments[i], SEGMENT_SIZE, 0);
-    os_unmap(segments[i], SEGMENT_SIZE);
-  }
+  for (size_t i = 0; i < count; i++) segment_unmap(segments[i]);
 }
 
 static shoal_heap_t *heap_carve(void) {
@@ -100,6 +102,7 @@ static shoal_heap_t *heap_carve(void) {
   if (arena.heap_chunk_left < size) {
     uint8_t *chunk = os_map_aligned(HEAP_CHUNK_SIZE, os_page_size());
     if (chunk == NULL) return NULL;
+    os_commit_note((ptrdiff_t)HEAP_CHUNK_SIZE);
     arena.heap_chunk = chunk;
     arena.heap_chunk_left = HEAP_CHUNK_SIZE;
   }

@@ -170,6 +170,7 @@ void os_futex_wake_one(_Atomic(int) *address);
 void os_yield(void);
 void os_write_stderr(const char *text, size_t length);
 void os_abort(void) __attribute__((noreturn));
+void os_commit_note(ptrdiff_t bytes); /* + touched, - purged or unmapped */
 size_t os_reserved_bytes(void);
 size_t os_committed_bytes(void);
 size_t os_peak_committed_bytes(void);

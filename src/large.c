@@ -48,6 +48,7 @@ static void huge_set_header(shoal_segment_t *segment, size_t mapped, size_t offs
 
 static void huge_unmap(shoal_segment_t *segment) {
   segment_map_set(segment, segment->size, 0);
+  os_commit_note(-(ptrdiff_t)segment->size);
   os_unmap(segment, segment->size);
 }
 
@@ -64,6 +65,7 @@ static bool huge_resize_mapping(shoal_segment_t **segment, size_t mapped) {
     return false;
   }
   moved->size = mapped;
+  os_commit_note((ptrdiff_t)mapped - (ptrdiff_t)old_size);
   segment_map_set(moved, mapped, 1);
   *segment = moved;
   return true;
@@ -116,6 +118,7 @@ void *huge_alloc(size_t size, size_t alignment, bool zero) {
       if (segment == NULL) return NULL;
     }
     segment_map_set(segment, mapped, 1);
+    os_commit_note((ptrdiff_t)mapped);
     fresh = true;
   }
   huge_set_header(segment, fresh ? mapped : segment->size, offset);

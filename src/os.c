@@ -3,8 +3,8 @@
  * Vocabulary: "map" reserves and commits address space (Linux commits
  * lazily: untouched pages cost no memory); "purge" gives the pages of a
  * range back with MADV_DONTNEED, leaving it mapped and reading as zero;
- * "unmap" returns the range itself. Every figure kept here counts bytes
- * mapped, so statistics can say what the process holds from the OS. */
+ * "unmap" returns the range itself. Reserved bytes are counted here;
+ * committed bytes (what may be resident) are noted by the callers. */
 #define _GNU_SOURCE
 #include "internal.h"
 
@@ -28,17 +28,22 @@ size_t os_page_size(void) {
 
 static void account_map(size_t size) {
   atomic_fetch_add_explicit(&reserved_bytes, size, memory_order_relaxed);
-  size_t now = atomic_fetch_add_explicit(&committed_bytes, size, memory_order_relaxed) + size;
-  size_t peak = atomic_load_explicit(&peak_committed_bytes, memory_order_relaxed);
-  while (now > peak &&
-         !atomic_compare_exchange_weak_explicit(&peak_committed_bytes, &peak, now,
-                                                memory_order_relaxed, memory_order_relaxed)) {
-  }
 }
 
 static void account_unmap(size_t size) {
   atomic_fetch_sub_explicit(&reserved_bytes, size, memory_order_relaxed);
-  atomic_fetch_sub_explicit(&committed_bytes, size, memory_order_relaxed);
+}
+
+/* Committed bytes are noted by the layers above, which know what they
+ * touched (a segment's dirty slices, a huge block's mapping) and purged. */
+void os_commit_note(ptrdiff_t bytes) {
+  size_t now = atomic_fetch_add_explicit(&committed_bytes, (size_t)bytes, memory_order_relaxed) +
+               (size_t)bytes;
+  size_t peak = atomic_load_explicit(&peak_committed_bytes, memory_order_relaxed);
+  while (bytes > 0 && now > peak &&
+         !atomic_compare_exchange_weak_explicit(&peak_committed_bytes, &peak, now,
+                                                memory_order_relaxed, memory_order_relaxed)) {
+  }
 }
 
 /* mmap with the kernel's errno turned into ENOMEM: every failure of ours is one. */

@@ -103,6 +103,8 @@ shoal_page_t *segment_page_alloc(shoal_heap_t *heap, size_t slices) {
   uint64_t mask = slice_mask(first, slices);
   heap->purge_pending_bytes -= pending_bytes(segment, mask);
   bool is_zero = (segment->dirty_slices & mask) == 0;
+  os_commit_note(
+      (ptrdiff_t)((size_t)__builtin_popcountll(mask & ~segment->dirty_slices) * SLICE_SIZE));
   segment->free_slices &= ~mask;
   segment->dirty_slices |= mask;
   for (size_t i = first; i < first + slices; i++) segment->slice_page[i] = (uint8_t)first;
@@ -125,6 +127,8 @@ bool segment_page_grow(shoal_heap_t *heap, shoal_page_t *page, size_t slices) {
   uint64_t mask = slice_mask(first + have, slices - have);
   if ((segment->free_slices & mask) != mask) return false;
   heap->purge_pending_bytes -= pending_bytes(segment, mask);
+  os_commit_note(
+      (ptrdiff_t)((size_t)__builtin_popcountll(mask & ~segment->dirty_slices) * SLICE_SIZE));
   segment->free_slices &= ~mask;
   segment->dirty_slices |= mask;
   for (size_t i = first + have; i < first + slices; i++) segment->slice_page[i] = (uint8_t)first;
@@ -142,6 +146,7 @@ static void segment_purge(shoal_segment_t *segment) {
     size_t count = (size_t)__builtin_ctzll(~(bits >> first));
     if (first + count > SLICES_PER_SEGMENT) count = SLICES_PER_SEGMENT - first;
     os_purge((uint8_t *)segment + first * SLICE_SIZE, count * SLICE_SIZE);
+    os_commit_note(-(ptrdiff_t)(count * SLICE_SIZE));
     uint64_t mask = slice_mask(first, count);
     segment->dirty_slices &= ~mask;
     bits &= ~mask;

@@ -1,0 +1,214 @@
+/* Helpers shared by the black-box tests of shoal.
+ *
+ * CHECK(expr) stops the test at the first failure with file:line and the
+ * expression, so a failing ctest run names the broken promise directly.
+ * The rest are the small tools every test needs: the SHOAL_TEST_SCALE factor
+ * (sanitizer runs shrink the work, not the checks), resident memory read from
+ * /proc/self/statm, a fill/verify pattern that proves a block's bytes belong
+ * to it alone, a deterministic random generator, and opaque values that keep
+ * the compiler from folding allocator calls whose outcome a test asserts.
+ * C and C++ (cxx.cpp) both include it. */
+#ifndef SHOAL_TESTHELPER_H
+#define SHOAL_TESTHELPER_H
+
+/* Included first, it brings the POSIX and GNU declarations (clock_gettime,
+ * nanosleep, memalign, ...) to C11 builds; the CMake targets define it too. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* True in builds under TSan or ASan. Their runtimes keep shadow memory and
+ * per-thread records of their own, so resident-memory bounds that hold for
+ * shoal alone do not hold there; such tests check shoal's own committed
+ * figure instead. */
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define TEST_SHADOW_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#define TEST_SHADOW_SANITIZER 1
+#endif
+#endif
+#ifndef TEST_SHADOW_SANITIZER
+#define TEST_SHADOW_SANITIZER 0
+#endif
+
+/* _exit, not exit: a failing check may sit in a worker thread while others
+ * still allocate, and atexit handlers in that state only add confusion. */
+__attribute__((noreturn)) static inline void check_failed(const char *file, int line,
+                                                          const char *expr) {
+  fprintf(stderr, "%s:%d: CHECK failed: %s\n", file, line, expr);
+  fflush(stdout);
+  _exit(1);
+}
+
+#define CHECK(expr)                                                                                \
+  do {                                                                                             \
+    if (!(expr)) check_failed(__FILE__, __LINE__, #expr);                                          \
+  } while (0)
+
+/* CHECK with a printf-style line of context (the size, the alignment, ...)
+ * printed before the failure, for checks inside loops. */
+#define CHECK_CTX(expr, ...)                                                                       \
+  do {                                                                                             \
+    if (!(expr)) {                                                                                 \
+      fprintf(stderr, __VA_ARGS__);                                                                \
+      fputc('\n', stderr);                                                                         \
+      check_failed(__FILE__, __LINE__, #expr);                                                     \
+    }                                                                                              \
+  } while (0)
+
+/* The work factor from SHOAL_TEST_SCALE (default 1.0): sanitizer builds run
+ * the same tests with 0.2 or 0.1 to stay within the time budget. */
+static inline double test_scale(void) {
+  const char *text = getenv("SHOAL_TEST_SCALE");
+  if (text == NULL || *text == '\0') return 1.0;
+  double scale = strtod(text, NULL);
+  return scale > 0.0 ? scale : 1.0;
+}
+
+/* count * scale, but never below minimum: a scaled-down test must still
+ * exercise what it is about. */
+static inline size_t scaled_count(size_t count, size_t minimum) {
+  double value = (double)count * test_scale();
+  size_t result = (size_t)value;
+  return result < minimum ? minimum : result;
+}
+
+/* Bytes resident now, from /proc/self/statm (second field, in pages).
+ * Read with open/read so that measuring allocates nothing. */
+static inline size_t rss_bytes(void) {
+  char text[128];
+  int fd = open("/proc/self/statm", O_RDONLY);
+  if (fd < 0) return 0;
+  ssize_t length = read(fd, text, sizeof text - 1);
+  close(fd);
+  if (length <= 0) return 0;
+  text[length] = '\0';
+  unsigned long total_pages = 0, resident_pages = 0;
+  if (sscanf(text, "%lu %lu", &total_pages, &resident_pages) != 2) return 0;
+  return (size_t)resident_pages * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+static inline double now_seconds(void) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
+}
+
+static inline void sleep_ms(long milliseconds) {
+  struct timespec pause = {milliseconds / 1000, (milliseconds % 1000) * 1000000L};
+  while (nanosleep(&pause, &pause) != 0) {
+  }
+}
+
+/* splitmix64: one step both seeds and mixes, so ids 1, 2, 3 give unrelated
+ * patterns and unrelated random streams. */
+static inline uint64_t mix64(uint64_t value) {
+  value += 0x9E3779B97F4A7C15ull;
+  value = (value ^ (value >> 30)) * 0xBF58476D1CE4E5B9ull;
+  value = (value ^ (value >> 27)) * 0x94D049BB133111EBull;
+  return value ^ (value >> 31);
+}
+
+typedef struct test_rng_s {
+  uint64_t state;
+} test_rng_t;
+
+static inline uint64_t rng_next(test_rng_t *rng) {
+  rng->state += 0x9E3779B97F4A7C15ull;
+  return mix64(rng->state);
+}
+
+/* Uniform in [low, high]. */
+static inline size_t rng_range(test_rng_t *rng, size_t low, size_t high) {
+  return low + (size_t)(rng_next(rng) % (uint64_t)(high - low + 1));
+}
+
+/* The pattern of a block: word k holds mix64(seed) ^ k * golden, so two
+ * blocks with different seeds differ at every word and a block shifted by a
+ * word does not match itself. Words go through memcpy because blocks of odd
+ * sizes need not be 8-byte aligned at their tail; __builtin_memcpy because
+ * the tests build with -fno-builtin, which would make each one a call. */
+static inline void pattern_fill(void *block, size_t size, uint64_t seed) {
+  unsigned char *bytes = (unsigned char *)block;
+  uint64_t base = mix64(seed);
+  size_t words = size / 8;
+  for (size_t k = 0; k < words; k++) {
+    uint64_t word = base ^ (k * 0x9E3779B97F4A7C15ull);
+    __builtin_memcpy(bytes + k * 8, &word, 8);
+  }
+  uint64_t last = base ^ (words * 0x9E3779B97F4A7C15ull);
+  __builtin_memcpy(bytes + words * 8, &last, size % 8);
+}
+
+/* True when block still holds pattern_fill(block, size, seed). */
+static inline int pattern_check(const void *block, size_t size, uint64_t seed) {
+  const unsigned char *bytes = (const unsigned char *)block;
+  uint64_t base = mix64(seed);
+  size_t words = size / 8;
+  for (size_t k = 0; k < words; k++) {
+    uint64_t expected = base ^ (k * 0x9E3779B97F4A7C15ull), found;
+    __builtin_memcpy(&found, bytes + k * 8, 8);
+    if (found != expected) return 0;
+  }
+  uint64_t last = base ^ (words * 0x9E3779B97F4A7C15ull);
+  return __builtin_memcmp(bytes + words * 8, &last, size % 8) == 0;
+}
+
+/* The pattern over a whole block, sparse for big ones: blocks over 256 KiB
+ * get it in their first and last page and in 64 bytes of every 64 KiB
+ * between. Every byte of a big block is known writable from the dense
+ * tests of smaller ones and from its mapping being whole pages; the samples
+ * catch overlap and lost memory, and thousands of multi-megabyte blocks
+ * stay affordable (a write per page would fault in every page). */
+#define PATTERN_FULL_LIMIT    ((size_t)256 * 1024)
+#define PATTERN_SAMPLE_STRIDE ((size_t)64 * 1024)
+
+static inline void block_fill(void *block, size_t size, uint64_t seed) {
+  unsigned char *bytes = (unsigned char *)block;
+  if (size <= PATTERN_FULL_LIMIT) {
+    pattern_fill(bytes, size, seed);
+    return;
+  }
+  pattern_fill(bytes, 4096, seed);
+  for (size_t offset = PATTERN_SAMPLE_STRIDE; offset + 64 <= size - 4096;
+       offset += PATTERN_SAMPLE_STRIDE)
+    pattern_fill(bytes + offset, 64, seed + offset);
+  pattern_fill(bytes + size - 4096, 4096, seed + 1);
+}
+
+static inline int block_check(const void *block, size_t size, uint64_t seed) {
+  const unsigned char *bytes = (const unsigned char *)block;
+  if (size <= PATTERN_FULL_LIMIT) return pattern_check(bytes, size, seed);
+  if (!pattern_check(bytes, 4096, seed)) return 0;
+  for (size_t offset = PATTERN_SAMPLE_STRIDE; offset + 64 <= size - 4096;
+       offset += PATTERN_SAMPLE_STRIDE)
+    if (!pattern_check(bytes + offset, 64, seed + offset)) return 0;
+  return pattern_check(bytes + size - 4096, 4096, seed + 1);
+}
+
+/* Values the optimiser cannot see through: malloc(SIZE_MAX) with a constant
+ * would draw warnings, and calls with known outcomes may be folded away. */
+static inline size_t opaque_size(size_t value) {
+  volatile size_t hidden = value;
+  return hidden;
+}
+
+static inline void *opaque_pointer(void *pointer) {
+  void *volatile hidden = pointer;
+  return hidden;
+}
+
+static inline int is_aligned(const void *pointer, size_t alignment) {
+  return ((uintptr_t)pointer & (alignment - 1)) == 0;
+}
+
+#endif /* SHOAL_TESTHELPER_H */
