@@ -84,7 +84,9 @@ static void count_free(shoal_heap_t *heap, uint8_t size_class, size_t bytes, boo
 void heap_page_freed(shoal_heap_t *heap, shoal_page_t *page) {
   if (likely(!page->in_full)) { /* emptied; the common case keeps it as its class's last page */
     page_queue_t *queue = &heap->queues[page->size_class];
-    if (queue->first == page && queue->last == page && likely(heap->purge_at_ms == 0)) return;
+    if (queue->first == page && queue->last == page && likely(heap->purge_at_ms == 0) &&
+        likely(atomic_load_explicit(&arena_purge_at_ms, memory_order_relaxed) == 0))
+      return;
     heap_page_retire(heap, page);
     return;
   }

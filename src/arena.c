@@ -13,13 +13,16 @@
 #include <string.h>
 
 #define ARENA_CACHED_SEGMENTS 4
+#define ARENA_DIRTY_SEGMENTS  2 /* of them, resident until the purge delay ends */
 #define HEAP_CHUNK_SIZE       ((size_t)256 * 1024)
 
 shoal_lock_t arena_lock = SHOAL_LOCK_INIT;
+_Atomic(int64_t) arena_purge_at_ms; /* when cached segments are due for purging; 0: none */
 
 static struct {
   shoal_segment_t *cached[ARENA_CACHED_SEGMENTS]; /* (arena) empty, purged segments */
   size_t cached_count;                            /* (arena) */
+  size_t dirty_count;                             /* (arena) cached and not yet purged */
   _Atomic(shoal_heap_t *) registered;             /* every heap; append only */
   shoal_heap_t *abandoned;                        /* (arena) heaps of exited threads */
   size_t abandoned_count;                         /* (arena) */
@@ -44,7 +47,10 @@ static void segment_reset_header(shoal_segment_t *segment) {
 shoal_segment_t *arena_segment_acquire(void) {
   shoal_segment_t *segment = NULL;
   lock_acquire(&arena_lock);
-  if (arena.cached_count > 0) segment = arena.cached[--arena.cached_count];
+  if (arena.cached_count > 0) { /* the last released first: it may still be warm */
+    segment = arena.cached[--arena.cached_count];
+    if (segment->dirty_slices != SLICE_HEADER_BITS) arena.dirty_count--;
+  }
   lock_release(&arena_lock);
   if (segment == NULL) {
     segment = os_map_aligned(SEGMENT_SIZE, SEGMENT_SIZE);
@@ -64,19 +70,38 @@ static void segment_unmap(shoal_segment_t *segment) {
   os_unmap(segment, SEGMENT_SIZE);
 }
 
-/* An empty segment: purge its slices now (it may sit unused for long) and
- * keep a few mapped so that thread churn does not churn mmap. */
+static void segment_purge_all(shoal_segment_t *segment) {
+  uint64_t dirty = segment->dirty_slices & ~SLICE_HEADER_BITS;
+  if (dirty == 0) return;
+  size_t first = (size_t)__builtin_ctzll(dirty);
+  size_t last = 63 - (size_t)__builtin_clzll(dirty);
+  os_purge((uint8_t *)segment + first * SLICE_SIZE, (last - first + 1) * SLICE_SIZE);
+  os_commit_note(-(ptrdiff_t)((size_t)__builtin_popcountll(dirty) * SLICE_SIZE));
+  segment->dirty_slices = SLICE_HEADER_BITS;
+}
+
+/* An empty segment. A couple stay resident for the purge delay, so that a
+ * thread starting just after another ended finds warm memory; the rest are
+ * purged now, kept mapped up to ARENA_CACHED_SEGMENTS, unmapped beyond. */
 void arena_segment_release(shoal_segment_t *segment) {
   segment->free_slices = SLICES_ALL & ~SLICE_HEADER_BITS;
-  uint64_t dirty = segment->dirty_slices & ~SLICE_HEADER_BITS;
-  if (dirty != 0) {
-    size_t first = (size_t)__builtin_ctzll(dirty);
-    size_t last = 63 - (size_t)__builtin_clzll(dirty);
-    os_purge((uint8_t *)segment + first * SLICE_SIZE, (last - first + 1) * SLICE_SIZE);
-    os_commit_note(-(ptrdiff_t)((size_t)__builtin_popcountll(dirty) * SLICE_SIZE));
-    segment->dirty_slices = SLICE_HEADER_BITS;
-  }
   atomic_fetch_sub_explicit(&stat_segments, 1, memory_order_relaxed);
+  bool dirty = segment->dirty_slices != SLICE_HEADER_BITS;
+  lock_acquire(&arena_lock);
+  bool keep_dirty = dirty && arena.dirty_count < ARENA_DIRTY_SEGMENTS &&
+                    arena.cached_count < ARENA_CACHED_SEGMENTS &&
+                    option(SHOAL_OPTION_PURGE_DELAY) > 0;
+  if (keep_dirty) {
+    arena.cached[arena.cached_count++] = segment;
+    arena.dirty_count++;
+    if (atomic_load_explicit(&arena_purge_at_ms, memory_order_relaxed) == 0)
+      atomic_store_explicit(&arena_purge_at_ms, os_now_ms() + option(SHOAL_OPTION_PURGE_DELAY),
+                            memory_order_relaxed);
+    segment = NULL;
+  }
+  lock_release(&arena_lock);
+  if (segment == NULL) return;
+  segment_purge_all(segment);
   lock_acquire(&arena_lock);
   if (arena.cached_count < ARENA_CACHED_SEGMENTS) {
     arena.cached[arena.cached_count++] = segment;
@@ -86,15 +111,24 @@ void arena_segment_release(shoal_segment_t *segment) {
   if (segment != NULL) segment_unmap(segment);
 }
 
+/* Purge the cached segments once their delay is over; with force, unmap
+ * them all. */
 void arena_cache_trim(bool force) {
-  if (!force) return; /* cached segments are purged already; keep them mapped */
+  int64_t due = atomic_load_explicit(&arena_purge_at_ms, memory_order_relaxed);
+  if (!force && (due == 0 || os_now_ms() < due)) return;
+  shoal_segment_t *unmapped[ARENA_CACHED_SEGMENTS];
+  size_t unmapped_count = 0;
   lock_acquire(&arena_lock);
-  size_t count = arena.cached_count;
-  shoal_segment_t *segments[ARENA_CACHED_SEGMENTS];
-  memcpy(segments, arena.cached, count * sizeof segments[0]);
-  arena.cached_count = 0;
+  for (size_t i = 0; i < arena.cached_count; i++) segment_purge_all(arena.cached[i]);
+  arena.dirty_count = 0;
+  atomic_store_explicit(&arena_purge_at_ms, 0, memory_order_relaxed);
+  if (force) {
+    unmapped_count = arena.cached_count;
+    memcpy(unmapped, arena.cached, unmapped_count * sizeof unmapped[0]);
+    arena.cached_count = 0;
+  }
   lock_release(&arena_lock);
-  for (size_t i = 0; i < count; i++) segment_unmap(segments[i]);
+  for (size_t i = 0; i < unmapped_count; i++) segment_unmap(unmapped[i]);
 }
 
 static shoal_heap_t *heap_carve(void) {

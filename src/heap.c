@@ -91,7 +91,10 @@ static void heap_unpark_listed(shoal_heap_t *heap, shoal_page_t *page) {
 /* ---- page retirement and remote-free notifications ---- */
 
 static void heap_maybe_purge(shoal_heap_t *heap) {
-  if (heap->purge_at_ms != 0 && os_now_ms() >= heap->purge_at_ms) segment_purge_heap(heap);
+  if (heap->purge_at_ms != 0 && os_now_ms() >= heap->purge_at_ms)
+    segment_purge_heap(heap);
+  else if (atomic_load_explicit(&arena_purge_at_ms, memory_order_relaxed) != 0)
+    arena_cache_trim(false);
 }
 
 static bool page_is_alone_in_queue(shoal_heap_t *heap, shoal_page_t *page) {
@@ -107,8 +110,7 @@ void heap_page_retire(shoal_heap_t *heap, shoal_page_t *page) {
     return;
   }
   if (page_is_alone_in_queue(heap, page)) {
-    /* A page just emptied: a quiet moment to see if a purge is due. */
-    if (unlikely(heap->purge_at_ms != 0)) heap_maybe_purge(heap);
+    heap_maybe_purge(heap); /* a page just emptied: a quiet moment to see if a purge is due */
     return;
   }
   queue_remove(heap, page);
@@ -304,7 +306,10 @@ void heap_abandon(shoal_heap_t *heap) {
     }
     heap_direct_update(heap, (uint8_t)size_class);
   }
-  segment_purge_heap(heap);
+  /* Keep a little warm for the thread that adopts this heap next; what is
+   * left pending is purged by whoever services the heap after the delay. */
+  if (heap->purge_pending_bytes > (size_t)option(SHOAL_OPTION_PURGE_LIMIT) / 4)
+    segment_purge_heap(heap);
   atomic_store_explicit(&heap->state, HEAP_ABANDONED, memory_order_seq_cst);
   arena_heap_abandoned(heap);
   if (atomic_load_explicit(&heap->notified, memory_order_seq_cst) != NULL)

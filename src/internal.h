@@ -278,6 +278,7 @@ void huge_fork_child(void);
 
 /* ---- arena.c ---- */
 extern shoal_lock_t arena_lock;
+extern _Atomic(int64_t) arena_purge_at_ms;
 shoal_segment_t *arena_segment_acquire(void);
 void arena_segment_release(shoal_segment_t *segment);
 shoal_heap_t *arena_heap_new_or_adopt(bool *adopted);
