@@ -78,28 +78,30 @@ typedef struct shoal_block_s {
 struct shoal_heap_s;
 
 typedef struct shoal_page_s {
-  /* First cache line: everything the fast paths read or write. */
-  shoal_block_t *free;       /* (owner) blocks to hand out next */
-  shoal_block_t *local_free; /* (owner) blocks the owner freed since the last collect */
-  uint32_t used;             /* (owner) handed out, incl. remote frees not yet collected */
-  uint32_t block_size;       /* (owner) bytes per block; 0 when the page is free */
-  uint64_t block_divisor;    /* (owner) UINT64_MAX / block_size + 1: divisibility test */
-  _Atomic(uintptr_t) owner;  /* (owner) the heap; 0 while the slice is not a page */
-  uint8_t *start;            /* (owner) first block */
-  uint8_t in_full;           /* (owner) parked in heap->full, not in a class queue */
-  uint8_t size_class;        /* (owner) class, CLASS_LARGE/HUGE/NONE */
-  uint8_t slice_count;       /* (owner) slices spanned */
-  uint8_t is_zero;           /* (owner) free blocks are zero beyond word 0 (fresh memory) */
-  uint8_t has_aligned;       /* (owner) an aligned block may be freed by an interior pointer */
-  uint32_t capacity;         /* (owner) blocks carved so far */
-  uint32_t reserved;         /* (owner) blocks the page can hold */
-  /* Second cache line: slow paths only. Blocks freed by other threads
-   * (atomic). Bit 0 set: the owner parked the page in its full list and
-   * wants to be told; the first pusher clears it and queues the page on the
-   * owner's notify stack. */
-  _Atomic(uintptr_t) xthread_free;
-  struct shoal_page_s *next, *prev;   /* (owner) class queue or full list */
-  struct shoal_page_s *next_notified; /* (atomic) link in heap->notified */
+  /* Line 1, read-mostly: set when the page is made, read by every free,
+   * also other threads' (so it must not bounce between caches). */
+  uint64_t block_divisor;   /* UINT64_MAX / block_size + 1: divisibility test */
+  uint8_t *start;           /* first block */
+  _Atomic(uintptr_t) owner; /* the heap; 0 while the slice is not a page */
+  uint32_t block_size;      /* bytes per block; 0 when the page is free */
+  uint32_t reserved;        /* blocks the page can hold */
+  uint8_t size_class;       /* class, CLASS_LARGE/HUGE/NONE */
+  uint8_t slice_count;      /* slices spanned */
+  uint8_t has_aligned;      /* an aligned block may be freed by an interior pointer */
+  /* Line 2, owner-hot: the owner's free lists and counts (owner only). */
+  shoal_block_t *free cache_aligned; /* blocks to hand out next */
+  shoal_block_t *local_free;         /* blocks the owner freed since the last collect */
+  uint32_t used;                     /* handed out, incl. remote frees not yet collected */
+  uint32_t capacity;                 /* blocks carved so far */
+  struct shoal_page_s *next, *prev;  /* class queue or full list */
+  uint8_t in_full;                   /* parked in heap->full, not in a class queue */
+  uint8_t is_zero;                   /* free blocks are zero beyond word 0 (fresh memory) */
+  /* Line 3, written by other threads. Blocks they freed (atomic). Bit 0
+   * set: the owner parked the page in its full list and wants to be told;
+   * the first pusher clears it and queues the page on the owner's notify
+   * stack through next_notified. */
+  _Atomic(uintptr_t) xthread_free cache_aligned;
+  struct shoal_page_s *next_notified;
 } cache_aligned shoal_page_t;
 
 typedef enum segment_kind_e { SEGMENT_NORMAL = 1, SEGMENT_HUGE = 2 } segment_kind_t;
@@ -142,14 +144,14 @@ typedef struct shoal_heap_s {
   page_queue_t queues[CLASS_COUNT];        /* (owner) pages that may have free blocks */
   page_queue_t full;                       /* (owner) pages parked until notified */
   shoal_segment_t *segments;               /* (owner) segments with a free slice, or not */
-  _Atomic(shoal_page_t *) notified;        /* (atomic) full pages that got remote frees */
-  _Atomic(int) state;                      /* (atomic) heap_state_t */
   heap_counters_t counters;
   size_t purge_pending_bytes;           /* (owner) free dirty slice bytes not yet purged */
   int64_t purge_at_ms;                  /* (owner) when to purge them; 0: nothing pending */
   struct shoal_heap_s *next_registered; /* (arena) every heap */
   struct shoal_heap_s *next_abandoned;  /* (arena) heaps waiting for adoption */
-  bool registered_for_exit;             /* (owner) thread-exit hook armed */
+  /* Written by other threads: a line of its own, away from the owner's. */
+  _Atomic(shoal_page_t *) notified cache_aligned; /* (atomic) full pages that got remote frees */
+  _Atomic(int) state;                             /* (atomic) heap_state_t */
 } cache_aligned shoal_heap_t;
 
 /* ---- os.c: the only door to the kernel ---- */

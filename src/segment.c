@@ -14,8 +14,9 @@
 
 #include <string.h>
 
-_Static_assert(sizeof(shoal_page_t) == 128, "page descriptors index by shift");
-_Static_assert(offsetof(shoal_page_t, xthread_free) == 64, "fast-path fields share one line");
+_Static_assert(sizeof(shoal_page_t) == 192, "three cache lines per page descriptor");
+_Static_assert(offsetof(shoal_page_t, free) == 64 && offsetof(shoal_page_t, xthread_free) == 128,
+               "read-mostly, owner and remote fields each on a line of their own");
 _Static_assert(sizeof(shoal_segment_t) <= SLICE_SIZE, "the header fits in slice 0");
 
 _Atomic(uint8_t) segment_map[SEGMENT_MAP_ENTRIES];
