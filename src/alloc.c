@@ -82,7 +82,7 @@ static void count_free(shoal_heap_t *heap, uint8_t size_class, size_t bytes, boo
 
 /* A local free that emptied the page or hit a parked page. */
 void heap_page_freed(shoal_heap_t *heap, shoal_page_t *page) {
-  if (likely(!page->in_full)) { /* emptied; the common case keeps it as its class's last page */
+  if (likely(page->flags == 0)) { /* emptied; the common case keeps it as its class's last page */
     page_queue_t *queue = &heap->queues[page->size_class];
     if (queue->first == page && queue->last == page && likely(heap->purge_at_ms == 0) &&
         likely(atomic_load_explicit(&arena_purge_at_ms, memory_order_relaxed) == 0))
@@ -91,7 +91,7 @@ void heap_page_freed(shoal_heap_t *heap, shoal_page_t *page) {
     return;
   }
   if (!page_unpark(page)) return; /* a notification is on its way: the drain decides */
-  page->in_full = 0;
+  page->flags &= (uint8_t)~PAGE_FULL;
   if (page->prev != NULL)
     page->prev->next = page->next;
   else
@@ -110,13 +110,11 @@ void heap_page_freed(shoal_heap_t *heap, shoal_page_t *page) {
   if (page->used == 0) heap_page_retire(heap, page);
 }
 
-/* The block belongs to another heap, to a huge segment, or to no page. */
-void free_not_local(shoal_page_t *page, shoal_block_t *block) {
-  if (page->size_class == CLASS_NONE || page->size_class == CLASS_HUGE) {
-    free_slow(block, 0);
-    return;
-  }
-  count_free(thread_heap, page->size_class, page->block_size, true);
+/* Push on the page's remote list: one CAS (retried only if another thread
+ * pushed at the same instant); the first push onto a parked page tells the
+ * owner. */
+static void free_remote(shoal_page_t *page, shoal_block_t *block) {
+  count_free(thread_heap, page->shared_class, page->shared_block_size, true);
   block->key = free_key;
   uintptr_t head = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
   do {
@@ -126,6 +124,19 @@ void free_not_local(shoal_page_t *page, shoal_block_t *block) {
   } while (!atomic_compare_exchange_weak_explicit(&page->xthread_free, &head, (uintptr_t)block,
                                                   memory_order_acq_rel, memory_order_relaxed));
   if (head & 1) page_notify_owner(page);
+}
+
+/* A block of another heap (one CAS on its page's remote list), of a huge
+ * segment, or no block at all. Reads only the page's shared line. */
+void free_not_local(shoal_page_t *page, void *p, size_t size_hint) {
+  shoal_block_t *block = p;
+  if (unlikely(page->shared_class >= CLASS_HUGE || size_hint > page->shared_block_size ||
+               !is_block_start(page->shared_start, page->shared_divisor, p) ||
+               block->key == free_key)) {
+    free_slow(p, size_hint); /* huge blocks, aligned interiors, and every error */
+    return;
+  }
+  free_remote(page, block);
 }
 
 static void free_huge(shoal_segment_t *segment, shoal_block_t *block, const void *p) {
@@ -169,9 +180,9 @@ slow_path void free_slow(void *p, size_t size_hint) {
     block->key = free_key;
     page->local_free = block;
     counter_add(&heap->counters.freed[page->size_class], 1);
-    if (--page->used == 0 || page->in_full) heap_page_freed(heap, page);
+    if (--page->used == 0 || page->flags != 0) heap_page_freed(heap, page);
   } else {
-    free_not_local(page, block);
+    free_remote(page, block);
   }
 done:
   errno = saved_errno;

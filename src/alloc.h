@@ -13,7 +13,7 @@
 
 void *alloc_generic(shoal_heap_t *heap, size_t size);
 void free_slow(void *p, size_t size_hint);
-void free_not_local(shoal_page_t *page, shoal_block_t *block);
+void free_not_local(shoal_page_t *page, void *p, size_t size_hint);
 void heap_page_freed(shoal_heap_t *heap, shoal_page_t *page);
 
 fast_path void *alloc_fast(size_t size) {
@@ -32,24 +32,24 @@ fast_path void *alloc_fast(size_t size) {
   return alloc_generic(heap, size);
 }
 
-/* size_hint: the size the caller says it allocated (sized delete), or 0. */
+/* size_hint: the size the caller says it allocated (sized delete), or 0.
+ * Ownership is read from the segment header, which stays in cache; a
+ * remote free never touches the owner's line of the page. */
 fast_path void free_fast(void *p, size_t size_hint) {
   if (unlikely(!segment_map_is_head(p))) return free_slow(p, size_hint);
-  shoal_page_t *page = segment_page_of(segment_of(p), p);
+  shoal_segment_t *segment = segment_of(p);
+  shoal_page_t *page = segment_page_of(segment, p);
+  shoal_heap_t *heap = thread_heap;
+  if (unlikely(segment->heap != heap)) return free_not_local(page, p, size_hint);
   shoal_block_t *block = p;
   if (unlikely(!page_is_block_start(page, p) || block->key == free_key ||
-               size_hint > page->block_size))
+               size_hint > page->block_size || page->flags != 0))
     return free_slow(p, size_hint);
-  shoal_heap_t *heap = thread_heap;
-  if (likely(atomic_load_explicit(&page->owner, memory_order_relaxed) == (uintptr_t)heap)) {
-    block->next = page->local_free;
-    block->key = free_key;
-    page->local_free = block;
-    counter_add(&heap->counters.freed[page->size_class], 1);
-    if (unlikely(--page->used == 0 || page->in_full)) heap_page_freed(heap, page);
-    return;
-  }
-  free_not_local(page, block);
+  block->next = page->local_free;
+  block->key = free_key;
+  page->local_free = block;
+  counter_add(&heap->counters.freed[page->size_class], 1);
+  if (unlikely(--page->used == 0)) heap_page_freed(heap, page);
 }
 
 #endif /* SHOAL_ALLOC_H */

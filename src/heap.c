@@ -78,14 +78,14 @@ void heap_queue_push(shoal_heap_t *heap, shoal_page_t *page) {
 /* Park a page with no free block; false when remote frees beat us to it. */
 static bool heap_park(shoal_heap_t *heap, shoal_page_t *page) {
   if (!page_park_full(page)) return false;
-  page->in_full = 1;
+  page->flags |= PAGE_FULL;
   list_push_front(&heap->full, page);
   return true;
 }
 
 static void heap_unpark_listed(shoal_heap_t *heap, shoal_page_t *page) {
   list_remove(&heap->full, page);
-  page->in_full = 0;
+  page->flags &= (uint8_t)~PAGE_FULL;
 }
 
 /* ---- page retirement and remote-free notifications ---- */

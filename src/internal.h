@@ -78,23 +78,28 @@ typedef struct shoal_block_s {
 struct shoal_heap_s;
 
 typedef struct shoal_page_s {
-  /* Line 1, read-mostly: set when the page is made, read by every free,
-   * also other threads' (so it must not bounce between caches). */
-  uint64_t block_divisor;   /* UINT64_MAX / block_size + 1: divisibility test */
-  uint8_t *start;           /* first block */
-  _Atomic(uintptr_t) owner; /* the heap; 0 while the slice is not a page */
-  uint32_t block_size;      /* bytes per block; 0 when the page is free */
-  uint32_t reserved;        /* blocks the page can hold */
-  uint8_t size_class;       /* class, CLASS_LARGE/HUGE/NONE */
-  uint8_t slice_count;      /* slices spanned */
-  uint8_t has_aligned;      /* an aligned block may be freed by an interior pointer */
-  /* Line 2, owner-hot: the owner's free lists and counts (owner only). */
+  /* Line 1, read-mostly, for other threads: a free from another thread
+   * reads only this line (and writes line 3), never the owner's line 2.
+   * The shape fields copy line 2's and change only while no block is live. */
+  uint64_t shared_divisor;    /* copy of block_divisor */
+  uint8_t *shared_start;      /* copy of start */
+  uint32_t shared_block_size; /* copy of block_size */
+  uint8_t shared_class;       /* copy of size_class */
+  uint8_t slice_count;        /* (owner) slices spanned */
+  uint8_t has_aligned;        /* (owner) an aligned block may be freed by an interior pointer */
+  _Atomic(uintptr_t) owner;   /* (owner) the heap; 0 while the slice is not a page */
+  uint32_t reserved;          /* (owner) blocks the page can hold */
+  struct shoal_page_s *next, *prev; /* (owner) class queue or full list */
+  /* Line 2, owner-hot: what the owner's malloc and free touch. */
   shoal_block_t *free cache_aligned; /* blocks to hand out next */
   shoal_block_t *local_free;         /* blocks the owner freed since the last collect */
   uint32_t used;                     /* handed out, incl. remote frees not yet collected */
   uint32_t capacity;                 /* blocks carved so far */
-  struct shoal_page_s *next, *prev;  /* class queue or full list */
-  uint8_t in_full;                   /* parked in heap->full, not in a class queue */
+  uint64_t block_divisor;            /* UINT64_MAX / block_size + 1: divisibility test */
+  uint8_t *start;                    /* first block */
+  uint32_t block_size;               /* bytes per block; 0 when the page is free */
+  uint8_t size_class;                /* class, CLASS_LARGE/HUGE/NONE */
+  uint8_t flags;                     /* PAGE_FULL, PAGE_UNUSED: 0 on the fast path */
   uint8_t is_zero;                   /* free blocks are zero beyond word 0 (fresh memory) */
   /* Line 3, written by other threads. Blocks they freed (atomic). Bit 0
    * set: the owner parked the page in its full list and wants to be told;
@@ -103,6 +108,17 @@ typedef struct shoal_page_s {
   _Atomic(uintptr_t) xthread_free cache_aligned;
   struct shoal_page_s *next_notified;
 } cache_aligned shoal_page_t;
+
+#define PAGE_FULL   1 /* parked in heap->full, not in a class queue */
+#define PAGE_UNUSED 2 /* the descriptor of a free slice or a header: no blocks */
+
+/* After changing start, block_size, block_divisor or size_class. */
+static inline void page_publish_shape(shoal_page_t *page) {
+  page->shared_divisor = page->block_divisor;
+  page->shared_start = page->start;
+  page->shared_block_size = page->block_size;
+  page->shared_class = page->size_class;
+}
 
 typedef enum segment_kind_e { SEGMENT_NORMAL = 1, SEGMENT_HUGE = 2 } segment_kind_t;
 
@@ -247,9 +263,12 @@ bool page_park_full(shoal_page_t *page); /* arm the notify bit; false: it had re
 bool page_unpark(shoal_page_t *page);    /* disarm; false: a notification is on its way */
 void page_notify_owner(shoal_page_t *page);
 bool page_block_is_free(shoal_page_t *page, const shoal_block_t *block);
+static inline bool is_block_start(const uint8_t *start, uint64_t divisor, const void *p) {
+  uint32_t offset = (uint32_t)((const uint8_t *)p - start);
+  return (uint64_t)offset * divisor <= divisor - 1;
+}
 static inline bool page_is_block_start(const shoal_page_t *page, const void *p) {
-  uint32_t offset = (uint32_t)((const uint8_t *)p - page->start);
-  return (uint64_t)offset * page->block_divisor <= page->block_divisor - 1;
+  return is_block_start(page->start, page->block_divisor, p);
 }
 
 /* ---- heap.c ---- */

@@ -44,6 +44,8 @@ static void huge_set_header(shoal_segment_t *segment, size_t mapped, size_t offs
   page->start = (uint8_t *)segment + offset;
   page->has_aligned = offset != HUGE_BLOCK_OFFSET;
   page->capacity = page->reserved = page->used = 1;
+  page->flags = PAGE_UNUSED; /* never on a fast path: the segment has no heap */
+  page_publish_shape(page);
 }
 
 static void huge_unmap(shoal_segment_t *segment) {
@@ -186,6 +188,7 @@ void *huge_realloc(shoal_segment_t *segment, size_t new_size) {
   shoal_segment_t *moved = segment;
   if (!huge_resize_mapping(&moved, mapped)) return NULL;
   moved->pages[0].start = (uint8_t *)moved + offset;
+  page_publish_shape(&moved->pages[0]);
   return moved->pages[0].start;
 }
 

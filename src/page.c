@@ -28,11 +28,12 @@ void page_init(shoal_page_t *page, shoal_heap_t *heap, size_t block_size, uint8_
   page->used = 0;
   page->free = page->local_free = NULL;
   page->is_zero = is_zero;
-  page->in_full = 0;
+  page->flags = 0;
   page->has_aligned = 0;
   page->next = page->prev = page->next_notified = NULL;
   atomic_store_explicit(&page->xthread_free, 0, memory_order_relaxed);
   atomic_store_explicit(&page->owner, (uintptr_t)heap, memory_order_relaxed);
+  page_publish_shape(page);
 }
 
 /* Thread an OS page worth of never-used blocks onto the free list: memory is

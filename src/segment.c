@@ -115,6 +115,8 @@ shoal_page_t *segment_page_alloc(shoal_heap_t *heap, size_t slices) {
   page->is_zero = is_zero;
   page->start = (uint8_t *)segment + first * SLICE_SIZE;
   page->size_class = CLASS_NONE;
+  page->flags = PAGE_UNUSED; /* until page_init */
+  page_publish_shape(page);
   atomic_fetch_add_explicit(&stat_pages, 1, memory_order_relaxed);
   return page;
 }
@@ -136,6 +138,7 @@ bool segment_page_grow(shoal_heap_t *heap, shoal_page_t *page, size_t slices) {
   page->slice_count = (uint8_t)slices;
   page->block_size = (uint32_t)(slices * SLICE_SIZE);
   page->block_divisor = UINT64_MAX / page->block_size + 1;
+  page_publish_shape(page);
   return true;
 }
 
@@ -175,6 +178,8 @@ void segment_page_free(shoal_heap_t *heap, shoal_page_t *page) {
   page->size_class = CLASS_NONE;
   page->block_size = 0;
   page->block_divisor = 0;
+  page->flags = PAGE_UNUSED;
+  page_publish_shape(page);
   page->free = page->local_free = NULL;
   page->used = 0;
   segment->free_slices |= mask;

@@ -43,7 +43,7 @@ int main(void) {
   CHECK(page->used == in_page && page->capacity == page->reserved);
   void *next = shoal_malloc(48); /* the page is full: parked, a new page serves */
   CHECK(segment_page_of(segment_of(next), next) != page);
-  CHECK(page->in_full == 1 && atomic_load(&page->xthread_free) == 1);
+  CHECK((page->flags & PAGE_FULL) != 0 && atomic_load(&page->xthread_free) == 1);
 
   /* A remote free of a parked page notifies the owner, which unparks it. */
   block_count = 0;
@@ -55,7 +55,7 @@ int main(void) {
   shoal_collect(false); /* drains the notification: the page leads its queue again */
   void *again = shoal_malloc(48);
   CHECK(again == same[5]); /* served from the notified page */
-  CHECK(page->in_full == 0);
+  CHECK((page->flags & PAGE_FULL) == 0);
 
   /* Freeing every block returns the page's slices to its segment. */
   shoal_stats_t full_pages;
