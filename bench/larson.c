@@ -1,0 +1,94 @@
+/* larson — a server simulation after Larson and Krishnan ("Memory allocation
+ * for long-running server applications", ISMM 1998): threads keep replacing
+ * random blocks of a shared pool with new blocks of random size, so the pool
+ * churns for as long as the server runs and most frees release a block that
+ * another thread allocated.
+ *
+ * The pool holds POOL_SLOTS blocks, filled by the main thread before the
+ * clock starts. A replacement: allocate a block (10..500
+ * bytes, one in 64 up to 8000), stamp it, swap it into a random slot with one
+ * atomic exchange, check the stamp of the block it took out and free that.
+ * SIZE counts replacements in all, split evenly among the threads, so the
+ * work is the same at every thread count.
+ *
+ * time_s: the threads' run, from the start line to the last join;
+ * mops: million replacements per second over all threads. */
+#include "bench.h"
+
+#include <stdatomic.h>
+
+#define POOL_SLOTS 32768
+
+static const long SIZES[3] = {40000, 3000000, 20000000};
+
+typedef struct block_header {
+  uint32_t size;
+  uint32_t id;
+} block_header_t;
+
+typedef struct worker {
+  int index;
+  long ops;
+} worker_t;
+
+static _Atomic(block_header_t *) pool[POOL_SLOTS];
+static pthread_barrier_t start_line;
+
+static size_t block_size(rng_t *rng) {
+  if (rng_below(rng, 64) == 0) return rng_range(rng, 501, 8000);
+  return rng_range(rng, 10, 500);
+}
+
+/* The header fills 8 bytes; the stamp covers the rest (at least 2 bytes). */
+static block_header_t *block_new(rng_t *rng, uint32_t id) {
+  size_t size = block_size(rng);
+  block_header_t *b = bench_malloc(size);
+  b->size = (uint32_t)size;
+  b->id = id;
+  block_stamp(b + 1, size - sizeof *b, bench_tag(id));
+  return b;
+}
+
+static void block_free(block_header_t *b, const char *what) {
+  size_t body = b->size - sizeof *b;
+  block_check(b + 1, body, body, bench_tag(b->id), what);
+  free(b);
+}
+
+static void *worker_run(void *arg) {
+  worker_t *w = arg;
+  rng_t rng = rng_make(7000 + (uint64_t)w->index);
+  uint32_t id = (uint32_t)w->index << 24;
+  pthread_barrier_wait(&start_line);
+  for (long i = 0; i < w->ops; i++) {
+    block_header_t *b = block_new(&rng, id++);
+    size_t slot = (size_t)rng_below(&rng, POOL_SLOTS);
+    block_free(atomic_exchange_explicit(&pool[slot], b, memory_order_acq_rel), "replaced");
+  }
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  bench_args_t args = bench_init(argc, argv, "larson", SIZES, 2);
+  rng_t rng = rng_make(7);
+  for (size_t i = 0; i < POOL_SLOTS; i++) atomic_init(&pool[i], block_new(&rng, (uint32_t)i));
+  worker_t *workers = bench_calloc((size_t)args.threads, sizeof *workers);
+  pthread_t *tids = bench_calloc((size_t)args.threads, sizeof *tids);
+  for (int i = 0; i < args.threads; i++)
+    workers[i] = (worker_t){.index = i, .ops = args.size / args.threads};
+  pthread_barrier_init(&start_line, NULL, (unsigned)args.threads + 1);
+
+  bench_spawn(tids, args.threads, worker_run, workers, sizeof *workers);
+  pthread_barrier_wait(&start_line);
+  double start = bench_now();
+  bench_join(tids, args.threads);
+  double seconds = bench_now() - start;
+
+  for (size_t i = 0; i < POOL_SLOTS; i++) block_free(atomic_load(&pool[i]), "final");
+  double total = (double)(args.size / args.threads) * args.threads;
+  bench_report("threads=%d time_s=%.4f mops=%.3f", args.threads, seconds, total / seconds * 1e-6);
+  pthread_barrier_destroy(&start_line);
+  free(workers);
+  free(tids);
+  return 0;
+}
