@@ -394,13 +394,21 @@ exported void *shoal_realloc(void *p, size_t size) {
     free_fast(p, 0);
     return NULL;
   }
-  /* A live block of a size class: its usable size is the page's block size. */
+  /* A live block whose page says its usable size: a class block, or the
+   * start of a large or huge block. Appending to a growing buffer lives here. */
   if (likely(segment_map_is_head(p))) {
     shoal_page_t *page = segment_page_of(segment_of(p), p);
-    if (likely(page->size_class < CLASS_COUNT && page_is_block_start(page, p) &&
-               ((shoal_block_t *)p)->key != free_key)) {
-      if (realloc_fits(page->block_size, size)) return p;
-      return realloc_move(p, page->block_size, size);
+    if (likely(((shoal_block_t *)p)->key != free_key)) {
+      if (likely(page->size_class < CLASS_COUNT && page_is_block_start(page, p))) {
+        if (realloc_fits(page->block_size, size)) return p;
+        return realloc_move(p, page->block_size, size);
+      }
+      if (p == page->start && page->size_class == CLASS_HUGE &&
+          realloc_fits(huge_usable_size(segment_of(p), p), size))
+        return p;
+      if (p == page->start && page->size_class == CLASS_LARGE &&
+          realloc_fits(page->block_size, size))
+        return p;
     }
   }
   return realloc_slow(p, size);
