@@ -220,7 +220,14 @@ void verbose(const char *format, ...) __attribute__((format(printf, 1, 2)));
 /* ---- size_class.c ---- */
 extern const uint32_t class_block_size[CLASS_COUNT];
 extern const uint8_t class_slices[CLASS_COUNT];
-uint8_t size_class_of_large(size_t size); /* size > DIRECT_MAX */
+/* Above 128 bytes: the highest bit picks the doubling, the next three bits
+ * one of its eight classes. */
+static inline uint8_t size_class_of_large(size_t size) {
+  size_t w = size - 1;
+  unsigned bit = 63u - (unsigned)__builtin_clzll(w);
+  unsigned step_in_doubling = (unsigned)(w >> (bit - 3)) & 7u;
+  return (uint8_t)(8u + (bit - 7u) * 8u + step_in_doubling);
+}
 extern const uint8_t direct_class[DIRECT_SLOTS];
 
 /* Class of a request: a table below DIRECT_MAX, bit arithmetic above. */

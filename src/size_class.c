@@ -11,7 +11,9 @@
  * a multiple of that alignment: aligned requests need no interior pointers.
  * FastMM (seed 003) split small and medium blocks; here one table covers
  * both, and pages of medium classes simply span more slices.
- * The tables follow this comment's rule and are checked by
+ * Above DIRECT_MAX the class comes from bit arithmetic (size_class_of_large
+ * in internal.h, inline for the fast path). The tables follow this rule and
+ * are checked by
  * test/unit/unit_size_class.c. */
 #include "internal.h"
 
@@ -41,12 +43,3 @@ const uint8_t direct_class[DIRECT_SLOTS] = {
     26, 27, 27, 27, 27, 27, 27, 27, 27, 28, 28, 28, 28, 28, 28, 28, 28, 29, 29, 29, 29, 29,
     29, 29, 29, 30, 30, 30, 30, 30, 30, 30, 30, 31, 31, 31, 31, 31, 31, 31, 31,
 };
-
-/* Above DIRECT_MAX: the position of the highest bit picks the doubling, the
- * next three bits pick one of its eight classes. */
-uint8_t size_class_of_large(size_t size) {
-  size_t w = size - 1;
-  unsigned bit = 63u - (unsigned)__builtin_clzll(w);
-  unsigned step_in_doubling = (unsigned)(w >> (bit - 3)) & 7u;
-  return (uint8_t)(8u + (bit - 7u) * 8u + step_in_doubling);
-}
