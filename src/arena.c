@@ -221,8 +221,7 @@ static bool arena_locked_for_fork;
 void arena_fork_prepare(void) {
   /* A fork from a signal handler that interrupted this very thread inside
    * the arena must not wait on itself. */
-  arena_locked_for_fork = !lock_held_by_me(&arena_lock);
-  if (arena_locked_for_fork) lock_acquire(&arena_lock);
+  arena_locked_for_fork = lock_acquire_for_fork(&arena_lock);
 }
 
 void arena_fork_parent(void) {

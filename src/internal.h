@@ -206,6 +206,7 @@ void lock_acquire(shoal_lock_t *lock);
 bool lock_try_acquire(shoal_lock_t *lock);
 void lock_release(shoal_lock_t *lock);
 bool lock_held_by_me(const shoal_lock_t *lock);
+bool lock_acquire_for_fork(shoal_lock_t *lock);
 void lock_reset(shoal_lock_t *lock); /* in a fork child only */
 
 /* ---- options.c ---- */

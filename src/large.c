@@ -200,8 +200,7 @@ size_t huge_usable_size(const shoal_segment_t *segment, const void *p) {
 static bool huge_locked_for_fork;
 
 void huge_fork_prepare(void) {
-  huge_locked_for_fork = !lock_held_by_me(&huge_lock);
-  if (huge_locked_for_fork) lock_acquire(&huge_lock);
+  huge_locked_for_fork = lock_acquire_for_fork(&huge_lock);
 }
 
 void huge_fork_parent(void) {

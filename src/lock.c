@@ -74,3 +74,12 @@ void lock_reset(shoal_lock_t *lock) {
   atomic_store_explicit(&lock->holder, 0, memory_order_relaxed);
   atomic_store_explicit(&lock->word, LOCK_FREE, memory_order_relaxed);
 }
+
+/* For fork's prepare handler: hold the lock across fork() unless this
+ * thread holds it already (a fork from a signal handler that interrupted
+ * it), which must not wait on itself. True when taken here. */
+bool lock_acquire_for_fork(shoal_lock_t *lock) {
+  if (lock_held_by_me(lock)) return false;
+  lock_acquire(lock);
+  return true;
+}
