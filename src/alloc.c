@@ -110,20 +110,10 @@ void heap_page_freed(shoal_heap_t *heap, shoal_page_t *page) {
   if (page->used == 0) heap_page_retire(heap, page);
 }
 
-/* Push on the page's remote list: one CAS (retried only if another thread
- * pushed at the same instant); the first push onto a parked page tells the
- * owner. */
 static void free_remote(shoal_page_t *page, shoal_block_t *block) {
   count_free(thread_heap, page->shared_class, page->shared_block_size, true);
   block->key = free_key;
-  uintptr_t head = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
-  do {
-    block->next = (shoal_block_t *)(head & ~(uintptr_t)1);
-    /* acq_rel: a pusher that clears the notify bit then uses the page's
-     * notify link, which the owner's parking (a release) handed over. */
-  } while (!atomic_compare_exchange_weak_explicit(&page->xthread_free, &head, (uintptr_t)block,
-                                                  memory_order_acq_rel, memory_order_relaxed));
-  if (head & 1) page_notify_owner(page);
+  page_push_remote(page, block);
 }
 
 /* A block of another heap (one CAS on its page's remote list), of a huge
@@ -134,6 +124,12 @@ void free_not_local(shoal_page_t *page, void *p, size_t size_hint) {
                !is_block_start(page->shared_start, page->shared_divisor, p) ||
                block->key == free_key)) {
     free_slow(p, size_hint); /* huge blocks, aligned interiors, and every error */
+    return;
+  }
+  shoal_heap_t *heap = thread_heap;
+  block->key = free_key;
+  if (heap != &heap_empty && heap_remote_cache_push(heap, page->shared_class, block)) {
+    count_free(heap, page->shared_class, page->shared_block_size, true);
     return;
   }
   free_remote(page, block);
@@ -226,7 +222,10 @@ static void *zero_block(void *p, size_t size) {
   shoal_segment_t *segment = segment_of(p);
   shoal_page_t *page =
       segment->kind == SEGMENT_HUGE ? &segment->pages[0] : segment_page_of(segment, p);
-  if (page->is_zero)
+  /* is_zero speaks for blocks from the page's own lists; a block of another
+   * thread's page came used, from this thread's remote cache. */
+  bool own = segment->kind == SEGMENT_HUGE || segment->heap == thread_heap;
+  if (own && page->is_zero)
     ((shoal_block_t *)p)->next = NULL; /* only the link was written */
   else
     memset(p, 0, size);

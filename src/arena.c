@@ -145,6 +145,12 @@ static shoal_heap_t *heap_carve(void) {
   arena.heap_chunk += size;
   arena.heap_chunk_left -= size;
   for (size_t i = 0; i < DIRECT_SLOTS; i++) heap->direct_page[i] = &page_empty;
+  for (uint8_t c = 0; c < REMOTE_CACHE_CLASSES; c++) { /* pseudo pages: never freed into */
+    shoal_page_t *cache = &heap->remote_cache[c];
+    cache->size_class = cache->shared_class = c;
+    cache->block_size = cache->shared_block_size = class_block_size[c];
+    cache->flags = PAGE_UNUSED;
+  }
   heap->next_registered = atomic_load_explicit(&arena.registered, memory_order_relaxed);
   atomic_store_explicit(&arena.registered, heap, memory_order_release);
   atomic_fetch_add_explicit(&arena.heap_count, 1, memory_order_relaxed);

@@ -29,17 +29,21 @@ extern pthread_key_t heap_exit_key;
 
 /* ---- queues ---- */
 
-/* Keep direct_page in step with the first page of each small class. */
-static void heap_direct_update(shoal_heap_t *heap, uint8_t size_class) {
-  if (class_block_size[size_class] > DIRECT_MAX) return;
-  shoal_page_t *page = heap->queues[size_class].first;
-  if (page == NULL) page = &page_empty;
+/* Point the direct slots of a small class at a page. */
+static void heap_direct_set(shoal_heap_t *heap, uint8_t size_class, shoal_page_t *page) {
   size_t slot = (size_t)(class_block_size[size_class] / WORD_SIZE);
   while (direct_class[slot] == size_class) {
     heap->direct_page[slot] = page;
     if (slot == 0) break;
     slot--;
   }
+}
+
+/* Keep direct_page in step with the first page of each small class. */
+static void heap_direct_update(shoal_heap_t *heap, uint8_t size_class) {
+  if (class_block_size[size_class] > DIRECT_MAX) return;
+  shoal_page_t *page = heap->queues[size_class].first;
+  heap_direct_set(heap, size_class, page != NULL ? page : &page_empty);
 }
 
 static void list_remove(page_queue_t *queue, shoal_page_t *page) {
@@ -162,8 +166,7 @@ static shoal_page_t *heap_fresh_page(shoal_heap_t *heap, uint8_t size_class) {
   return page;
 }
 
-static shoal_page_t *heap_find_page(shoal_heap_t *heap, uint8_t size_class) {
-  heap_drain_notified(heap);
+static shoal_page_t *heap_find_queued_page(shoal_heap_t *heap, uint8_t size_class) {
   shoal_page_t *page = heap->queues[size_class].first;
   while (page != NULL) {
     shoal_page_t *next = page->next;
@@ -186,6 +189,50 @@ static shoal_page_t *heap_find_page(shoal_heap_t *heap, uint8_t size_class) {
   return heap_fresh_page(heap, size_class);
 }
 
+/* Other threads' blocks this thread freed come first: they are in its cache
+ * already, and using them sends nothing back across threads. */
+static shoal_page_t *heap_find_page(shoal_heap_t *heap, uint8_t size_class) {
+  heap_drain_notified(heap);
+  if (size_class < REMOTE_CACHE_CLASSES) {
+    shoal_page_t *cache = &heap->remote_cache[size_class];
+    if (cache->free != NULL) {
+      heap_direct_set(heap, size_class, cache);
+      return cache;
+    }
+    cache->reserved = cache->used = 0;
+  }
+  shoal_page_t *page = heap_find_queued_page(heap, size_class);
+  if (size_class < REMOTE_CACHE_CLASSES) heap_direct_update(heap, size_class);
+  return page;
+}
+
+bool heap_remote_cache_push(shoal_heap_t *heap, uint8_t size_class, shoal_block_t *block) {
+  if (size_class >= REMOTE_CACHE_CLASSES) return false;
+  shoal_page_t *cache = &heap->remote_cache[size_class];
+  if ((cache->reserved - cache->used) * class_block_size[size_class] >= REMOTE_CACHE_BYTES)
+    return false;
+  block->next = cache->free;
+  cache->free = block;
+  cache->reserved++;
+  return true;
+}
+
+/* Send every cached block home, e.g. when the thread ends. */
+void heap_remote_cache_flush(shoal_heap_t *heap) {
+  for (uint8_t size_class = 0; size_class < REMOTE_CACHE_CLASSES; size_class++) {
+    shoal_page_t *cache = &heap->remote_cache[size_class];
+    shoal_block_t *block = cache->free;
+    cache->free = NULL;
+    cache->reserved = cache->used = 0;
+    heap_direct_update(heap, size_class);
+    while (block != NULL) {
+      shoal_block_t *next = block->next;
+      page_push_remote(segment_page_of(segment_of(block), block), block);
+      block = next;
+    }
+  }
+}
+
 static inline void *page_pop(shoal_heap_t *heap, shoal_page_t *page) {
   shoal_block_t *block = page->free;
   page->free = block->next;
@@ -203,7 +250,9 @@ static slow_path void *out_of_memory(void) {
 void *heap_malloc_medium(shoal_heap_t *heap, size_t size) {
   uint8_t size_class = size_class_of(size);
   shoal_page_t *page = heap->queues[size_class].first;
-  if (page == NULL || page->free == NULL) {
+  /* A small class gets here when its direct page ran dry: find_page also
+   * re-points the direct slots. */
+  if (size_class < REMOTE_CACHE_CLASSES || page == NULL || page->free == NULL) {
     page = heap_find_page(heap, size_class);
     if (page == NULL) return out_of_memory();
   }
@@ -289,6 +338,7 @@ shoal_heap_t *heap_get_or_create(void) {
  * to their segments now, the rest are parked so that the first remote free
  * into each brings a servicing thread, or an adopter finds them. */
 void heap_abandon(shoal_heap_t *heap) {
+  heap_remote_cache_flush(heap);
   heap_drain(heap, false);
   for (int size_class = 0; size_class < CLASS_COUNT; size_class++) {
     page_queue_t *queue = &heap->queues[size_class];
@@ -344,6 +394,7 @@ void heap_thread_exit(void *value) {
 
 /* Collect every page's frees; with force, return all that is empty now. */
 void heap_collect(shoal_heap_t *heap, bool force) {
+  if (force) heap_remote_cache_flush(heap);
   heap_drain_notified(heap);
   for (int size_class = 0; size_class < CLASS_COUNT; size_class++) {
     shoal_page_t *page = heap->queues[size_class].first;

@@ -49,17 +49,19 @@
 #define SLICES_ALL         (~(uint64_t)0)
 #define SLICE_HEADER_BITS  ((uint64_t)1) /* slice 0: the segment header */
 
-#define WORD_SIZE           8
-#define MIN_BLOCK_SIZE      16   /* room for the link and the key */
-#define DIRECT_MAX          1024 /* sizes served by heap->direct_page */
-#define DIRECT_SLOTS        (DIRECT_MAX / WORD_SIZE + 1)
-#define MEDIUM_MAX          (64 * 1024)        /* largest size class */
-#define LARGE_MAX           (SEGMENT_SIZE / 2) /* larger: a huge segment of its own */
-#define PAGE_TARGET_BLOCKS  8                  /* a medium page spans >= this many blocks */
-#define EXTEND_BYTES        4096               /* carve fresh blocks an OS page at a time */
-#define HUGE_BLOCK_OFFSET   SLICE_SIZE         /* block of a huge segment starts here */
-#define ADDRESS_BITS        47
-#define SEGMENT_MAP_ENTRIES ((size_t)1 << (ADDRESS_BITS - SEGMENT_SHIFT))
+#define WORD_SIZE            8
+#define MIN_BLOCK_SIZE       16   /* room for the link and the key */
+#define DIRECT_MAX           1024 /* sizes served by heap->direct_page */
+#define DIRECT_SLOTS         (DIRECT_MAX / WORD_SIZE + 1)
+#define MEDIUM_MAX           (64 * 1024)        /* largest size class */
+#define LARGE_MAX            (SEGMENT_SIZE / 2) /* larger: a huge segment of its own */
+#define PAGE_TARGET_BLOCKS   8                  /* a medium page spans >= this many blocks */
+#define EXTEND_BYTES         4096               /* carve fresh blocks an OS page at a time */
+#define HUGE_BLOCK_OFFSET    SLICE_SIZE         /* block of a huge segment starts here */
+#define REMOTE_CACHE_CLASSES 32                 /* the classes up to DIRECT_MAX */
+#define REMOTE_CACHE_BYTES   (32 * 1024)        /* per class, of other threads' blocks kept */
+#define ADDRESS_BITS         47
+#define SEGMENT_MAP_ENTRIES  ((size_t)1 << (ADDRESS_BITS - SEGMENT_SHIFT))
 
 /* Size classes: 16..128 in steps of 16, then 8 classes per doubling up to
  * MEDIUM_MAX; every block 16-byte aligned (size_class.c says why). */
@@ -161,6 +163,10 @@ typedef struct shoal_heap_s {
   page_queue_t full;                       /* (owner) pages parked until notified */
   shoal_segment_t *segments;               /* (owner) segments with a free slice, or not */
   heap_counters_t counters;
+  /* (owner) Other threads' blocks this thread freed, kept to serve its own
+   * next allocations of the class, as a pseudo page the fast path pops like
+   * any other (reserved counts pushes, used pops). */
+  shoal_page_t remote_cache[REMOTE_CACHE_CLASSES];
   size_t purge_pending_bytes;           /* (owner) free dirty slice bytes not yet purged */
   int64_t purge_at_ms;                  /* (owner) when to purge them; 0: nothing pending */
   struct shoal_heap_s *next_registered; /* (arena) every heap */
@@ -270,6 +276,7 @@ size_t page_collect(shoal_page_t *page);
 bool page_park_full(shoal_page_t *page); /* arm the notify bit; false: it had remote frees */
 bool page_unpark(shoal_page_t *page);    /* disarm; false: a notification is on its way */
 void page_notify_owner(shoal_page_t *page);
+void page_push_remote(shoal_page_t *page, shoal_block_t *block); /* one CAS, may notify */
 bool page_block_is_free(shoal_page_t *page, const shoal_block_t *block);
 static inline bool is_block_start(const uint8_t *start, uint64_t divisor, const void *p) {
   uint32_t offset = (uint32_t)((const uint8_t *)p - start);
@@ -290,6 +297,8 @@ void *heap_malloc_large(shoal_heap_t *heap, size_t size, size_t alignment);
 void heap_queue_push(shoal_heap_t *heap, shoal_page_t *page);
 void heap_page_retire(shoal_heap_t *heap, shoal_page_t *page);
 void heap_drain_notified(shoal_heap_t *heap);
+bool heap_remote_cache_push(shoal_heap_t *heap, uint8_t size_class, shoal_block_t *block);
+void heap_remote_cache_flush(shoal_heap_t *heap);
 void heap_collect(shoal_heap_t *heap, bool force);
 void heap_abandon(shoal_heap_t *heap);
 void heap_service_abandoned(shoal_heap_t *heap);

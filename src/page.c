@@ -97,6 +97,20 @@ bool page_unpark(shoal_page_t *page) {
                                                  memory_order_acq_rel, memory_order_relaxed);
 }
 
+/* A block freed by a thread that does not own the page: one CAS (retried
+ * only if another thread pushed at the same instant); the first push onto a
+ * parked page tells the owner. */
+void page_push_remote(shoal_page_t *page, shoal_block_t *block) {
+  uintptr_t head = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
+  do {
+    block->next = (shoal_block_t *)(head & ~NOTIFY_BIT);
+    /* acq_rel: a pusher that clears the notify bit then uses the page's
+     * notify link, which the owner's parking (a release) handed over. */
+  } while (!atomic_compare_exchange_weak_explicit(&page->xthread_free, &head, (uintptr_t)block,
+                                                  memory_order_acq_rel, memory_order_relaxed));
+  if (head & NOTIFY_BIT) page_notify_owner(page);
+}
+
 /* Called by the remote freer that cleared the notify bit. The heap is never
  * unmapped, so reaching it is safe even if its thread is gone. */
 void page_notify_owner(shoal_page_t *page) {
