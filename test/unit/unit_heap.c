@@ -80,7 +80,7 @@ int main(void) {
   shoal_stats_t after;
   shoal_stats_get(&after);
   CHECK(after.live_blocks == before.live_blocks - block_count);
-  shoal_collect(true); /* sends home what this thread's remote cache kept */
+  shoal_collect(true);                /* sends home what this thread's remote cache kept */
   CHECK(dead_heap->segments == NULL); /* every page went back */
 
   /* The next thread adopts that heap rather than making a new one. */
