@@ -67,7 +67,7 @@ shoal_segment_t *arena_segment_acquire(void) {
 
 static void segment_unmap(shoal_segment_t *segment) {
   segment_map_set(segment, SEGMENT_SIZE, 0);
-  os_commit_note(-(ptrdiff_t)((size_t)__builtin_popcountll(segment->dirty_slices) * SLICE_SIZE));
+  os_commit_note(-(ptrdiff_t)(bit_count(segment->dirty_slices) * SLICE_SIZE));
   os_unmap(segment, SEGMENT_SIZE);
 }
 
@@ -77,7 +77,7 @@ static void segment_purge_all(shoal_segment_t *segment) {
   size_t first = (size_t)__builtin_ctzll(dirty);
   size_t last = 63 - (size_t)__builtin_clzll(dirty);
   os_purge((uint8_t *)segment + first * SLICE_SIZE, (last - first + 1) * SLICE_SIZE);
-  os_commit_note(-(ptrdiff_t)((size_t)__builtin_popcountll(dirty) * SLICE_SIZE));
+  os_commit_note(-(ptrdiff_t)(bit_count(dirty) * SLICE_SIZE));
   segment->dirty_slices = SLICE_HEADER_BITS;
 }
 

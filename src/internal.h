@@ -71,6 +71,16 @@
 #define CLASS_NONE    (CLASS_COUNT + 2) /* descriptor of a free slice or a header */
 #define COUNTER_SLOTS (CLASS_COUNT + 3) /* counters are kept per class */
 
+/* Bits set in a slice bitmap. Portable arithmetic rather than the builtin,
+ * which without -mpopcnt calls into libgcc: libshoal.a must link with a
+ * bare `ld` (Free Pascal links that way). Slow paths only. */
+static inline size_t bit_count(uint64_t x) {
+  x = x - ((x >> 1) & 0x5555555555555555ull);
+  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+  x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+  return (size_t)((x * 0x0101010101010101ull) >> 56);
+}
+
 /* ---- core types ---- */
 typedef struct shoal_block_s {
   struct shoal_block_s *next; /* word 0: free-list link */

@@ -79,8 +79,7 @@ static void heap_segment_unlink(shoal_heap_t *heap, shoal_segment_t *segment) {
 }
 
 static size_t pending_bytes(const shoal_segment_t *segment, uint64_t mask) {
-  return (size_t)__builtin_popcountll(segment->free_slices & segment->dirty_slices & mask) *
-         SLICE_SIZE;
+  return bit_count(segment->free_slices & segment->dirty_slices & mask) * SLICE_SIZE;
 }
 
 /* A page of `slices` contiguous slices from one of the heap's segments,
@@ -104,8 +103,7 @@ shoal_page_t *segment_page_alloc(shoal_heap_t *heap, size_t slices) {
   uint64_t mask = slice_mask(first, slices);
   heap->purge_pending_bytes -= pending_bytes(segment, mask);
   bool is_zero = (segment->dirty_slices & mask) == 0;
-  os_commit_note(
-      (ptrdiff_t)((size_t)__builtin_popcountll(mask & ~segment->dirty_slices) * SLICE_SIZE));
+  os_commit_note((ptrdiff_t)(bit_count(mask & ~segment->dirty_slices) * SLICE_SIZE));
   segment->free_slices &= ~mask;
   segment->dirty_slices |= mask;
   for (size_t i = first; i < first + slices; i++) segment->slice_page[i] = (uint8_t)first;
@@ -130,8 +128,7 @@ bool segment_page_grow(shoal_heap_t *heap, shoal_page_t *page, size_t slices) {
   uint64_t mask = slice_mask(first + have, slices - have);
   if ((segment->free_slices & mask) != mask) return false;
   heap->purge_pending_bytes -= pending_bytes(segment, mask);
-  os_commit_note(
-      (ptrdiff_t)((size_t)__builtin_popcountll(mask & ~segment->dirty_slices) * SLICE_SIZE));
+  os_commit_note((ptrdiff_t)(bit_count(mask & ~segment->dirty_slices) * SLICE_SIZE));
   segment->free_slices &= ~mask;
   segment->dirty_slices |= mask;
   for (size_t i = first + have; i < first + slices; i++) segment->slice_page[i] = (uint8_t)first;

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# run.sh OUTPUT.md [BUILD_DIR] — the seeds' experiments in Free Pascal under
+# three memory managers: FPC's own heap, cmem (glibc malloc) and ShoalMM
+# (libshoal.a from BUILD_DIR, default <repo>/build). Builds every
+# pascal/bench/bench_*.pas three times into BUILD_DIR/pascal/bench/<manager>/,
+# runs each 3 times (managers interleaved), and writes the medians as
+# markdown tables to OUTPUT.md. Raw results: BUILD_DIR/pascal/bench/results.tsv.
+#
+# Environment: SHOAL_BENCH_RUNS (default 3), SHOAL_BENCH_SCALE (default 1:
+# the sizes the seeds use; 0.1 for a quick look), FPC (default fpc).
+set -euo pipefail
+
+if [ $# -lt 1 ] || [ $# -gt 2 ]; then
+  echo "usage: $0 OUTPUT.md [BUILD_DIR]" >&2
+  exit 2
+fi
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+output=$1
+build=$(cd "${2:-$repo/build}" && pwd)
+fpc=${FPC:-fpc}
+runs=${SHOAL_BENCH_RUNS:-3}
+managers=(default cmem shoal)
+# In the order of the report; each writes lines for one experiment.
+benches=(bench_realloc bench_objects bench_parallel bench_floattostr bench_loader)
+
+if [ ! -e "$build/libshoal.a" ]; then
+  echo "$0: $build/libshoal.a is missing; build it first:" >&2
+  echo "  cmake -S $repo -B $build -DCMAKE_BUILD_TYPE=Release && cmake --build $build" >&2
+  exit 1
+fi
+
+work="$build/pascal/bench"
+mkdir -p "$work"
+for manager in "${managers[@]}"; do
+  case $manager in
+    default) define="" ;;
+    cmem) define="-dMM_CMEM" ;;
+    shoal) define="-dMM_SHOAL" ;;
+  esac
+  mkdir -p "$work/$manager/units"
+  for bench in "${benches[@]}"; do
+    # shellcheck disable=SC2086  # define is empty or one option
+    if ! (cd "$work/$manager" && "$fpc" -O2 -vew $define -Fu"$here/.." -Fl"$build" \
+          -FU"$work/$manager/units" -FE"$work/$manager" "$here/$bench.pas") \
+          >"$work/$manager/$bench.build.log" 2>&1; then
+      echo "$0: $bench does not build with $manager:" >&2
+      tail -n 20 "$work/$manager/$bench.build.log" >&2
+      exit 1
+    fi
+  done
+done
+echo "built ${#benches[@]} programs x ${#managers[@]} managers in $work"
+
+results="$work/results.tsv"
+: >"$results"
+load_before=$(cut -d' ' -f1 /proc/loadavg)
+for run in $(seq 1 "$runs"); do
+  for bench in "${benches[@]}"; do
+    for manager in "${managers[@]}"; do
+      start=$(date +%s.%N)
+      if ! "$work/$manager/$bench" >"$work/$manager/$bench.out" 2>&1; then
+        echo "$0: $bench failed under $manager:" >&2
+        tail -n 20 "$work/$manager/$bench.out" >&2
+        exit 1
+      fi
+      awk -F'\t' -v m="$manager" -v r="$run" '$1 == "RESULT" { print m "\t" $2 "\t" $3 "\t" r "\t" $4 }' \
+        "$work/$manager/$bench.out" >>"$results"
+      secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+      echo "run $run/$runs  $bench  $manager  ${secs} s"
+    done
+  done
+done
+
+load_after=$(cut -d' ' -f1 /proc/loadavg)
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+cores=$(nproc)
+fpc_version=$("$fpc" -iV)
+commit=$(git -C "$repo" describe --always --dirty 2>/dev/null || echo unknown)
+
+{
+  echo "# ShoalMM benchmarks: the seeds' experiments in Free Pascal"
+  echo
+  echo "$(date -u +%Y-%m-%d), $cpu, $cores cores, FPC $fpc_version, shoal $commit."
+  echo "Median of $runs runs, milliseconds on a microsecond clock read inside each program"
+  echo "(lower is better). **FPC heap**: the RTL's default manager; **cmem**: glibc malloc"
+  echo "through FPC's cmem unit; **ShoalMM**: this unit with libshoal.a. Load average"
+  echo "$load_before before the runs, $load_after after (other work on the machine shows as noise)."
+  if [ "${SHOAL_BENCH_SCALE:-1}" != 1 ]; then
+    echo "Sizes scaled by SHOAL_BENCH_SCALE=$SHOAL_BENCH_SCALE (the titles give the full sizes)."
+  fi
+  awk -F'\t' '
+    function title(e) {
+      if (e == "realloc") return "1. Appending one character 10 million times, one thread (seed 003)"
+      if (e == "objects") return "2. Small objects, records and generic tree nodes with a string, one thread (seed 003)"
+      if (e == "parallel") return "3. ParallelAllocations: 64 tasks that allocate objects and lists, serial and on N threads; speed-up over serial in parentheses (seed 003)"
+      if (e == "floattostr") return "4. FloatToStr and string building, one fixed job split over N threads: wall time, and the CPU time of all threads (ideally the one-thread figure) (seed 002)"
+      if (e == "loader") return "5. Loader: 200,000 records deserialised into objects with strings, while background threads allocate; the loader'"'"'s wall time and its thread'"'"'s CPU time (seed 004)"
+      return e
+    }
+    function median(list,   n, v, i, j, t) {
+      n = split(list, v, " ")
+      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] + 0 < v[i] + 0) { t = v[i]; v[i] = v[j]; v[j] = t }
+      return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+    }
+    {
+      e = $2; c = $3
+      if (!(e in seen_e)) { seen_e[e] = 1; experiments[++ne] = e }
+      if (!((e, c) in seen_c)) { seen_c[e, c] = 1; cases[e, ++nc[e]] = c }
+      times[$1, e, c] = times[$1, e, c] " " $5
+    }
+    END {
+      split("default cmem shoal", mm, " ")
+      for (k = 1; k <= ne; k++) {
+        e = experiments[k]
+        printf "\n## %s\n\n| case | FPC heap | cmem | ShoalMM |\n|---|---:|---:|---:|\n", title(e)
+        for (i = 1; i <= nc[e]; i++) {
+          c = cases[e, i]
+          printf "| %s |", c
+          for (m = 1; m <= 3; m++) {
+            v = median(times[mm[m], e, c])
+            if (e == "parallel" && c != "serial") {
+              s = median(times[mm[m], e, "serial"])
+              printf " %.1f (%.2fx) |", v, (v > 0 ? s / v : 0)
+            } else
+              printf " %.1f |", v
+          }
+          printf "\n"
+        }
+      }
+    }' "$results"
+} >"$output"
+echo "wrote $output"

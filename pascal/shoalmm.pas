@@ -1,0 +1,368 @@
+{ ShoalMM — shoal as the Free Pascal memory manager.
+
+  Put it first in the program's uses clause:
+
+      uses ShoalMM, cthreads, SysUtils, Classes;
+
+  and build with  fpc -Fu<shoal>/pascal -Fl<shoal build dir> prog.pas
+  (libshoal.a is linked in; -dSHOAL_SHARED links libshoal.so instead).
+
+  What this unit owns
+    Its initialization installs shoal behind every field of FPC 3.2's
+    TMemoryManager. Each field is a Pascal-convention wrapper around the
+    cdecl C API of include/shoal.h; the wrappers keep the RTL's semantics
+    (see the table below) and add nothing on the common path but one
+    shoal_owns lookup where a pointer may not be shoal's.
+
+  Invariants
+    - Blocks handed out come from shoal only (16-byte aligned).
+    - A pointer the previous manager handed out before ShoalMM took over
+      (the System and unix units allocate early, see PASCAL.md) is never given
+      to shoal: FreeMem, FreeMemSize, ReAllocMem and MemSize test shoal_owns
+      and pass such a pointer to the saved previous manager. ReAllocMem moves
+      a foreign block into shoal, so foreign blocks only ever go away.
+    - The previous manager is not restored at finalization: units finalized
+      after this one still free through the manager in force.
+    - A manager installed before this unit (heaptrc from -gh, cmem) is kept,
+      with one line on stderr saying so; ShoalActive then returns False.
+
+  Semantics kept (RTL heap.inc, FPC 3.2.2)
+    GetMem(0)            a valid, unique block
+    FreeMem(nil)         0, nothing done
+    FreeMemSize(p, 0)    0, nothing freed (as SysFreeMemSize)
+    FreeMemSize(p, n)    frees p; n is not checked: the default heap
+                         disregards it as the Programmer's Guide allows
+    AllocMem(n)          zeroed
+    ReAllocMem(p, 0)     frees p, p := nil, returns nil
+    ReAllocMem(nil, n)   allocates
+    ReAllocMem failure   old block freed, p := nil (as SysReAllocMem) when
+                         ReturnNilIfGrowHeapFails, else run-time error 203
+    MemSize(p)           usable size (>= requested); MemSize(nil) = 0
+    out of memory        run-time error 203 unless ReturnNilIfGrowHeapFails
+}
+unit ShoalMM;
+
+{$mode fpc}
+{$modeswitch result}
+{$modeswitch out}
+{$inline on}
+
+interface
+
+type
+  { Mirrors shoal_stats_t field for field (size_t = PtrUInt). }
+  TShoalStats = record
+    LiveBlocks: PtrUInt;            { blocks handed out and not yet freed }
+    LiveBytes: PtrUInt;             { sum of their usable sizes }
+    OsReservedBytes: PtrUInt;       { address space held from the OS }
+    OsCommittedBytes: PtrUInt;      { of it, memory that may be resident }
+    OsPeakCommittedBytes: PtrUInt;
+    Segments: PtrUInt;              { segments in use }
+    Pages: PtrUInt;                 { pages in use }
+    HugeBlocks: PtrUInt;            { blocks with a mapping of their own }
+    Heaps: PtrUInt;                 { thread heaps ever created }
+    HeapsAbandoned: PtrUInt;        { heaps of exited threads awaiting adoption }
+    RemoteFrees: PtrUInt;           { frees of blocks owned by another thread }
+    Purges: PtrUInt;                { ranges given back to the OS }
+    PurgedBytes: PtrUInt;
+  end;
+
+  { Mirrors shoal_option_t, in order. Each is also read once from the
+    environment as SHOAL_<NAME> (SHOAL_PURGE_DELAY, SHOAL_VERBOSE, ...). }
+  TShoalOption = (
+    soPurgeDelay,     { ms before an emptied page is purged }
+    soPurgeLimit,     { bytes of free dirty memory a thread keeps }
+    soHugeCache,      { bytes of freed huge blocks kept mapped }
+    soAbortOnError,   { 1: abort on a bad free; 0: warn, ignore }
+    soVerbose,        { 1: say what shoal decides on stderr }
+    soReallocGrowth   { 1: over-allocate on realloc growth }
+  );
+
+{ True when this unit installed shoal as the memory manager. }
+function ShoalActive: Boolean;
+{ Process-wide figures (shoal_stats_get). }
+function ShoalStats: TShoalStats;
+{ Collect blocks freed by other threads into this thread's heap; with Force,
+  also purge free pages now instead of after SHOAL_PURGE_DELAY. }
+procedure ShoalCollect(Force: Boolean);
+{ True when p lies in memory shoal manages. }
+function ShoalOwns(p: Pointer): Boolean;
+function ShoalOptionGet(Option: TShoalOption): PtrInt;
+procedure ShoalOptionSet(Option: TShoalOption; Value: PtrInt);
+{ The manager that was in force before ShoalMM (it still owns the blocks it
+  handed out before). }
+procedure ShoalPreviousManager(out Manager: TMemoryManager);
+
+implementation
+
+{$ifdef SHOAL_SHARED}
+  {$linklib shoal}        { -lshoal: libshoal.so from the -Fl directory }
+{$else}
+  {$linklib libshoal.a}   { the archive itself, even beside libshoal.so }
+  {$linklib pthread}
+{$endif}
+{$linklib c}              { libc start-up: ELF TLS for shoal's _Thread_local }
+
+{ ---- the C API (cdecl), include/shoal.h ---- }
+
+function shoal_malloc(size: PtrUInt): Pointer; cdecl; external name 'shoal_malloc';
+function shoal_calloc(count, size: PtrUInt): Pointer; cdecl; external name 'shoal_calloc';
+function shoal_realloc(p: Pointer; size: PtrUInt): Pointer; cdecl; external name 'shoal_realloc';
+procedure shoal_free(p: Pointer); cdecl; external name 'shoal_free';
+function shoal_malloc_usable_size(p: Pointer): PtrUInt; cdecl; external name 'shoal_malloc_usable_size';
+function shoal_owns(p: Pointer): Boolean; cdecl; external name 'shoal_owns';
+procedure shoal_collect(force: Boolean); cdecl; external name 'shoal_collect';
+procedure shoal_stats_get(out stats: TShoalStats); cdecl; external name 'shoal_stats_get';
+function shoal_option_get(option: LongInt): PtrInt; cdecl; external name 'shoal_option_get';
+procedure shoal_option_set(option: LongInt; value: PtrInt); cdecl; external name 'shoal_option_set';
+
+var
+  PreviousManager: TMemoryManager;
+  Installed: Boolean = False;
+  { shoal keeps no peak of live bytes: the highest seen by GetFPCHeapStatus
+    (a racy max between threads; a missed update only under-reports). }
+  MaxLiveBytesSeen: PtrUInt = 0;
+
+{ ---- out of memory ---- }
+
+{ The RTL's own error entry (system.inc): unlike RunError it goes through
+  ErrorProc, so SysUtils turns 203 into EOutOfMemory as for the default heap. }
+procedure HandleError(Errno: LongInt); external name 'FPC_HANDLEERROR';
+
+{ The RTL's rule: nil when ReturnNilIfGrowHeapFails, else run-time error
+  203 (EOutOfMemory once SysUtils is in). }
+function OutOfMemory: Pointer;
+begin
+  if not ReturnNilIfGrowHeapFails then
+    HandleError(203);
+  Result := nil;
+end;
+
+{ ---- the TMemoryManager fields ---- }
+
+function ShoalGetMem(Size: PtrUInt): Pointer;
+begin
+  Result := shoal_malloc(Size);
+  if Result = nil then
+    Result := OutOfMemory;
+end;
+
+function ShoalFreeMem(p: Pointer): PtrUInt;
+begin
+  if p = nil then
+    exit(0);
+  if not shoal_owns(p) then
+    exit(PreviousManager.FreeMem(p));
+  Result := shoal_malloc_usable_size(p);
+  shoal_free(p);
+end;
+
+function ShoalFreeMemSize(p: Pointer; Size: PtrUInt): PtrUInt;
+begin
+  if (Size = 0) or (p = nil) then
+    exit(0);
+  if not shoal_owns(p) then
+    exit(PreviousManager.FreeMemSize(p, Size));
+  Result := shoal_malloc_usable_size(p);
+  shoal_free(p);
+end;
+
+function ShoalAllocMem(Size: PtrUInt): Pointer;
+begin
+  Result := shoal_calloc(1, Size);
+  if Result = nil then
+    Result := OutOfMemory;
+end;
+
+function ShoalMemSize(p: Pointer): PtrUInt;
+begin
+  if p = nil then
+    exit(0);
+  if not shoal_owns(p) then
+    exit(PreviousManager.MemSize(p));
+  Result := shoal_malloc_usable_size(p);
+end;
+
+{ A block the previous manager handed out moves into shoal. }
+function MoveForeignBlock(var p: Pointer; Size: PtrUInt): Pointer;
+var
+  OldSize: PtrUInt;
+begin
+  Result := shoal_malloc(Size);
+  if Result <> nil then
+  begin
+    OldSize := PreviousManager.MemSize(p);
+    if OldSize > Size then
+      OldSize := Size;
+    Move(p^, Result^, OldSize);
+  end;
+  PreviousManager.FreeMem(p);
+  p := Result;
+  if Result = nil then
+    Result := OutOfMemory;
+end;
+
+function ShoalReAllocMem(var p: Pointer; Size: PtrUInt): Pointer;
+begin
+  if Size = 0 then
+  begin
+    if p <> nil then
+      ShoalFreeMem(p);
+    p := nil;
+    exit(nil);
+  end;
+  if p = nil then
+  begin
+    p := ShoalGetMem(Size);
+    exit(p);
+  end;
+  if not shoal_owns(p) then
+    exit(MoveForeignBlock(p, Size));
+  Result := shoal_realloc(p, Size);
+  if Result = nil then
+  begin
+    { shoal_realloc left the old block intact; the RTL frees it. }
+    shoal_free(p);
+    p := nil;
+    exit(OutOfMemory);
+  end;
+  p := Result;
+end;
+
+procedure ShoalInitThread;
+begin
+  { shoal makes a thread's heap at its first allocation. }
+  if PreviousManager.InitThread <> nil then
+    PreviousManager.InitThread();
+end;
+
+procedure ShoalDoneThread;
+begin
+  { shoal parks the heap of an exiting thread itself (pthread key). }
+  if PreviousManager.DoneThread <> nil then
+    PreviousManager.DoneThread();
+end;
+
+procedure ShoalRelocateHeap;
+begin
+  if PreviousManager.RelocateHeap <> nil then
+    PreviousManager.RelocateHeap();
+end;
+
+function ClampCardinal(Value: PtrUInt): Cardinal; inline;
+begin
+  if Value > High(Cardinal) then
+    Result := High(Cardinal)
+  else
+    Result := Value;
+end;
+
+function ShoalGetFPCHeapStatus: TFPCHeapStatus;
+var
+  Stats: TShoalStats;
+begin
+  shoal_stats_get(Stats);
+  if Stats.LiveBytes > MaxLiveBytesSeen then
+    MaxLiveBytesSeen := Stats.LiveBytes;
+  Result.MaxHeapSize := Stats.OsPeakCommittedBytes;
+  Result.MaxHeapUsed := MaxLiveBytesSeen;
+  Result.CurrHeapSize := Stats.OsCommittedBytes;
+  Result.CurrHeapUsed := Stats.LiveBytes;
+  if Stats.OsCommittedBytes > Stats.LiveBytes then
+    Result.CurrHeapFree := Stats.OsCommittedBytes - Stats.LiveBytes
+  else
+    Result.CurrHeapFree := 0;
+end;
+
+function ShoalGetHeapStatus: THeapStatus;
+var
+  Stats: TShoalStats;
+begin
+  shoal_stats_get(Stats);
+  Result := Default(THeapStatus);
+  Result.TotalAddrSpace := ClampCardinal(Stats.OsReservedBytes);
+  if Stats.OsReservedBytes > Stats.OsCommittedBytes then
+    Result.TotalUncommitted := ClampCardinal(Stats.OsReservedBytes - Stats.OsCommittedBytes);
+  Result.TotalCommitted := ClampCardinal(Stats.OsCommittedBytes);
+  Result.TotalAllocated := ClampCardinal(Stats.LiveBytes);
+  if Stats.OsCommittedBytes > Stats.LiveBytes then
+    Result.TotalFree := ClampCardinal(Stats.OsCommittedBytes - Stats.LiveBytes);
+end;
+
+const
+  ShoalManager: TMemoryManager = (
+    NeedLock: False;
+    GetMem: @ShoalGetMem;
+    FreeMem: @ShoalFreeMem;
+    FreeMemSize: @ShoalFreeMemSize;
+    AllocMem: @ShoalAllocMem;
+    ReAllocMem: @ShoalReAllocMem;
+    MemSize: @ShoalMemSize;
+    InitThread: @ShoalInitThread;
+    DoneThread: @ShoalDoneThread;
+    RelocateHeap: @ShoalRelocateHeap;
+    GetHeapStatus: @ShoalGetHeapStatus;
+    GetFPCHeapStatus: @ShoalGetFPCHeapStatus;
+  );
+
+{ ---- the Pascal API ---- }
+
+function ShoalActive: Boolean;
+begin
+  Result := Installed;
+end;
+
+function ShoalStats: TShoalStats;
+begin
+  shoal_stats_get(Result);
+end;
+
+procedure ShoalCollect(Force: Boolean);
+begin
+  shoal_collect(Force);
+end;
+
+function ShoalOwns(p: Pointer): Boolean;
+begin
+  Result := shoal_owns(p);
+end;
+
+function ShoalOptionGet(Option: TShoalOption): PtrInt;
+begin
+  Result := shoal_option_get(Ord(Option));
+end;
+
+procedure ShoalOptionSet(Option: TShoalOption; Value: PtrInt);
+begin
+  shoal_option_set(Ord(Option), Value);
+end;
+
+procedure ShoalPreviousManager(out Manager: TMemoryManager);
+begin
+  Manager := PreviousManager;
+end;
+
+{ ---- installation ---- }
+
+{ heaptrc (-gh) chains every thread hook; cmem sets none. }
+function IsHeaptrc(const Manager: TMemoryManager): Boolean;
+begin
+  Result := (Manager.DoneThread <> nil) and (Manager.RelocateHeap <> nil);
+end;
+
+initialization
+  PreviousManager := Default(TMemoryManager);
+  GetMemoryManager(PreviousManager);
+  if not IsMemoryManagerSet then
+  begin
+    SetMemoryManager(ShoalManager);
+    Installed := True;
+  end
+  else if IsHeaptrc(PreviousManager) then
+    Writeln(StdErr, 'ShoalMM: heaptrc (-gh) is the memory manager; keeping it for its ',
+      'leak report, shoal is not used (build without -gh to use shoal)')
+  else
+    Writeln(StdErr, 'ShoalMM: another memory manager (cmem?) was installed first; keeping it, ',
+      'shoal is not used (remove it from uses, list ShoalMM first)');
+  Flush(StdErr);
+end.
