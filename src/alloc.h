@@ -42,11 +42,12 @@ fast_path void free_fast(void *p, size_t size_hint) {
   shoal_heap_t *heap = thread_heap;
   if (unlikely(segment->heap != heap)) return free_not_local(page, p, size_hint);
   shoal_block_t *block = p;
-  if (unlikely(!page_is_block_start(page, p) || block->key == free_key ||
+  uintptr_t key = free_key; /* once: the stores below could alias it */
+  if (unlikely(!page_is_block_start(page, p) || block->key == key ||
                size_hint > page->block_size || page->flags != 0))
     return free_slow(p, size_hint);
   block->next = page->local_free;
-  block->key = free_key;
+  block->key = key;
   page->local_free = block;
   counter_add(&heap->counters.freed[page->size_class], 1);
   if (unlikely(--page->used == 0)) heap_page_freed(heap, page);
