@@ -43,8 +43,8 @@ fast_path void free_fast(void *p, size_t size_hint) {
   if (unlikely(segment->heap != heap)) return free_not_local(page, p, size_hint);
   shoal_block_t *block = p;
   uintptr_t key = free_key; /* once: the stores below could alias it */
-  if (unlikely(!page_is_block_start(page, p) || block->key == key ||
-               size_hint > page->block_size || page->flags != 0))
+  if (unlikely(!page_is_block_start(page, p) || block->key == key || size_hint > page->block_size ||
+               page->flags != 0))
     return free_slow(p, size_hint);
   block->next = page->local_free;
   block->key = key;

@@ -213,11 +213,10 @@ size_t os_purged_bytes(void);
 
 /* ---- lock.c: spin with pause, then yield, then futex; never a fixed sleep ---- */
 typedef struct shoal_lock_s {
-  _Atomic(int) word;         /* 0 free, 1 held, 2 held with sleepers */
-  _Atomic(uintptr_t) holder; /* thread holding it, for fork from a signal handler */
+  _Atomic(int) word; /* 0 free, 1 held, 2 held with sleepers */
 } shoal_lock_t;
 #define SHOAL_LOCK_INIT                                                                            \
-  { 0, 0 }
+  { 0 }
 void lock_acquire(shoal_lock_t *lock);
 bool lock_try_acquire(shoal_lock_t *lock);
 void lock_release(shoal_lock_t *lock);

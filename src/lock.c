@@ -6,11 +6,10 @@
  * runs again as soon as the lock is free.
  *
  * The word is 0 (free), 1 (held) or 2 (held, someone may sleep on it), the
- * classic three-state futex mutex. The holder is remembered so that fork()
- * from a signal handler that interrupted the holder does not wait on itself. */
+ * classic three-state futex mutex. Each thread remembers the locks in its
+ * hands, so that fork() from a signal handler that interrupted it while
+ * taking, holding or releasing one does not wait on itself. */
 #include "internal.h"
-
-#include <pthread.h>
 
 enum { LOCK_FREE = 0, LOCK_HELD = 1, LOCK_CONTENDED = 2 };
 enum { SPIN_ROUNDS = 100, YIELD_ROUNDS = 8 };
@@ -23,24 +22,44 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-static uintptr_t self(void) {
-  return (uintptr_t)pthread_self();
+/* The locks this thread is taking, holds or is releasing: noted before the
+ * first atomic step and forgotten after the last, with compiler fences, so a
+ * signal handler that interrupts the thread anywhere in between sees the
+ * lock as its own (and a fork there does not wait on itself). */
+static _Thread_local const shoal_lock_t *in_hand[2];
+
+static void note_in_hand(const shoal_lock_t *lock) {
+  for (size_t i = 0; i < 2; i++) {
+    if (in_hand[i] == NULL) {
+      in_hand[i] = lock;
+      break;
+    }
+  }
+  atomic_signal_fence(memory_order_seq_cst);
+}
+
+static void forget_in_hand(const shoal_lock_t *lock) {
+  atomic_signal_fence(memory_order_seq_cst);
+  for (size_t i = 0; i < 2; i++)
+    if (in_hand[i] == lock) in_hand[i] = NULL;
+}
+
+static bool try_take(shoal_lock_t *lock) {
+  int expected = LOCK_FREE;
+  return atomic_compare_exchange_strong_explicit(&lock->word, &expected, LOCK_HELD,
+                                                 memory_order_acquire, memory_order_relaxed);
 }
 
 bool lock_try_acquire(shoal_lock_t *lock) {
-  int expected = LOCK_FREE;
-  if (atomic_compare_exchange_strong_explicit(&lock->word, &expected, LOCK_HELD,
-                                              memory_order_acquire, memory_order_relaxed)) {
-    atomic_store_explicit(&lock->holder, self(), memory_order_relaxed);
-    return true;
-  }
+  note_in_hand(lock);
+  if (try_take(lock)) return true;
+  forget_in_hand(lock);
   return false;
 }
 
 static slow_path void lock_wait(shoal_lock_t *lock) {
   for (int round = 0; round < SPIN_ROUNDS + YIELD_ROUNDS; round++) {
-    if (atomic_load_explicit(&lock->word, memory_order_relaxed) == LOCK_FREE &&
-        lock_try_acquire(lock))
+    if (atomic_load_explicit(&lock->word, memory_order_relaxed) == LOCK_FREE && try_take(lock))
       return;
     if (round < SPIN_ROUNDS) {
       for (int i = 0; i < 1 + round / 4; i++) cpu_relax();
@@ -51,27 +70,27 @@ static slow_path void lock_wait(shoal_lock_t *lock) {
   /* Sleep until woken; mark the lock contended so the holder wakes us. */
   while (atomic_exchange_explicit(&lock->word, LOCK_CONTENDED, memory_order_acquire) != LOCK_FREE)
     os_futex_wait(&lock->word, LOCK_CONTENDED);
-  atomic_store_explicit(&lock->holder, self(), memory_order_relaxed);
 }
 
 void lock_acquire(shoal_lock_t *lock) {
-  if (likely(lock_try_acquire(lock))) return;
+  note_in_hand(lock);
+  if (likely(try_take(lock))) return;
   lock_wait(lock);
 }
 
 void lock_release(shoal_lock_t *lock) {
-  atomic_store_explicit(&lock->holder, 0, memory_order_relaxed);
   if (atomic_exchange_explicit(&lock->word, LOCK_FREE, memory_order_release) == LOCK_CONTENDED)
     os_futex_wake_one(&lock->word);
+  forget_in_hand(lock);
 }
 
 bool lock_held_by_me(const shoal_lock_t *lock) {
-  return atomic_load_explicit(&lock->word, memory_order_relaxed) != LOCK_FREE &&
-         atomic_load_explicit(&lock->holder, memory_order_relaxed) == self();
+  for (size_t i = 0; i < 2; i++)
+    if (in_hand[i] == lock) return true;
+  return false;
 }
 
 void lock_reset(shoal_lock_t *lock) {
-  atomic_store_explicit(&lock->holder, 0, memory_order_relaxed);
   atomic_store_explicit(&lock->word, LOCK_FREE, memory_order_relaxed);
 }
 
