@@ -12,8 +12,8 @@
 
 #include <string.h>
 
-#define ARENA_CACHED_SEGMENTS 4
-#define ARENA_DIRTY_SEGMENTS  2 /* of them, resident until the purge delay ends */
+#define ARENA_CACHED_SEGMENTS 64 /* empty segments kept for the purge delay (256 MiB) */
+#define ARENA_CACHED_CLEAN    4  /* kept mapped, purged, after it */
 #define HEAP_CHUNK_SIZE       ((size_t)256 * 1024)
 
 shoal_lock_t arena_lock = SHOAL_LOCK_INIT;
@@ -22,7 +22,6 @@ _Atomic(int64_t) arena_purge_at_ms; /* when cached segments are due for purging;
 static struct {
   shoal_segment_t *cached[ARENA_CACHED_SEGMENTS]; /* (arena) empty, purged segments */
   size_t cached_count;                            /* (arena) */
-  size_t dirty_count;                             /* (arena) cached and not yet purged */
   _Atomic(shoal_heap_t *) registered;             /* every heap; append only */
   shoal_heap_t *abandoned;                        /* (arena) heaps of exited threads */
   size_t abandoned_count;                         /* (arena) */
@@ -35,6 +34,7 @@ static void segment_reset_header(shoal_segment_t *segment) {
   segment->heap = NULL;
   segment->next = segment->prev = NULL;
   segment->free_slices = SLICES_ALL & ~SLICE_HEADER_BITS;
+  segment->lazy_slices = 0;
   segment->size = SEGMENT_SIZE;
   segment->kind = SEGMENT_NORMAL;
   memset(segment->pages, 0, sizeof segment->pages);
@@ -48,10 +48,8 @@ static void segment_reset_header(shoal_segment_t *segment) {
 shoal_segment_t *arena_segment_acquire(void) {
   shoal_segment_t *segment = NULL;
   lock_acquire(&arena_lock);
-  if (arena.cached_count > 0) { /* the last released first: it may still be warm */
+  if (arena.cached_count > 0) /* the last released first: it may still be warm */
     segment = arena.cached[--arena.cached_count];
-    if (segment->dirty_slices != SLICE_HEADER_BITS) arena.dirty_count--;
-  }
   lock_release(&arena_lock);
   if (segment == NULL) {
     segment = os_map_aligned(SEGMENT_SIZE, SEGMENT_SIZE);
@@ -71,63 +69,59 @@ static void segment_unmap(shoal_segment_t *segment) {
   os_unmap(segment, SEGMENT_SIZE);
 }
 
-static void segment_purge_all(shoal_segment_t *segment) {
+/* Purge a whole empty segment: lazily (MADV_FREE, the slices not lazy yet)
+ * or for good. */
+static void segment_purge_all(shoal_segment_t *segment, bool lazy) {
   uint64_t dirty = segment->dirty_slices & ~SLICE_HEADER_BITS;
+  if (lazy) dirty &= ~segment->lazy_slices;
   if (dirty == 0) return;
   size_t first = (size_t)__builtin_ctzll(dirty);
   size_t last = 63 - (size_t)__builtin_clzll(dirty);
-  os_purge((uint8_t *)segment + first * SLICE_SIZE, (last - first + 1) * SLICE_SIZE);
+  uint8_t *start = (uint8_t *)segment + first * SLICE_SIZE;
+  if (lazy) {
+    os_purge_lazy(start, (last - first + 1) * SLICE_SIZE);
+    segment->lazy_slices |= dirty;
+    return;
+  }
+  os_purge(start, (last - first + 1) * SLICE_SIZE);
   os_commit_note(-(ptrdiff_t)(bit_count(dirty) * SLICE_SIZE));
   segment->dirty_slices = SLICE_HEADER_BITS;
+  segment->lazy_slices = 0;
 }
 
-/* An empty segment. A couple stay resident for the purge delay, so that a
- * thread starting just after another ended finds warm memory; the rest are
- * purged now, kept mapped up to ARENA_CACHED_SEGMENTS, unmapped beyond. */
+/* An empty segment: purged lazily and kept, so that a program that frees a
+ * lot and allocates again soon (a new thread, the next phase) finds its
+ * memory without faulting it in; after the purge delay the cache is purged
+ * for good and trimmed to ARENA_CACHED_CLEAN segments. */
 void arena_segment_release(shoal_segment_t *segment) {
   segment->free_slices = SLICES_ALL & ~SLICE_HEADER_BITS;
   atomic_fetch_sub_explicit(&stat_segments, 1, memory_order_relaxed);
-  bool dirty = segment->dirty_slices != SLICE_HEADER_BITS;
+  bool keep = option(SHOAL_OPTION_PURGE_DELAY) > 0;
+  segment_purge_all(segment, keep);
   lock_acquire(&arena_lock);
-  bool keep_dirty = dirty && arena.dirty_count < ARENA_DIRTY_SEGMENTS &&
-                    arena.cached_count < ARENA_CACHED_SEGMENTS &&
-                    option(SHOAL_OPTION_PURGE_DELAY) > 0;
-  if (keep_dirty) {
+  if (arena.cached_count < (keep ? ARENA_CACHED_SEGMENTS : ARENA_CACHED_CLEAN)) {
     arena.cached[arena.cached_count++] = segment;
-    arena.dirty_count++;
-    if (atomic_load_explicit(&arena_purge_at_ms, memory_order_relaxed) == 0)
+    segment = NULL;
+    if (keep && atomic_load_explicit(&arena_purge_at_ms, memory_order_relaxed) == 0)
       atomic_store_explicit(&arena_purge_at_ms, os_now_ms() + option(SHOAL_OPTION_PURGE_DELAY),
                             memory_order_relaxed);
-    segment = NULL;
-  }
-  lock_release(&arena_lock);
-  if (segment == NULL) return;
-  segment_purge_all(segment);
-  lock_acquire(&arena_lock);
-  if (arena.cached_count < ARENA_CACHED_SEGMENTS) {
-    arena.cached[arena.cached_count++] = segment;
-    segment = NULL;
   }
   lock_release(&arena_lock);
   if (segment != NULL) segment_unmap(segment);
 }
 
-/* Purge the cached segments once their delay is over; with force, unmap
- * them all. */
+/* Once the delay is over: purge the cached segments for good and unmap all
+ * but a few; with force, unmap them all. */
 void arena_cache_trim(bool force) {
   int64_t due = atomic_load_explicit(&arena_purge_at_ms, memory_order_relaxed);
   if (!force && (due == 0 || os_now_ms() < due)) return;
   shoal_segment_t *unmapped[ARENA_CACHED_SEGMENTS];
   size_t unmapped_count = 0;
   lock_acquire(&arena_lock);
-  for (size_t i = 0; i < arena.cached_count; i++) segment_purge_all(arena.cached[i]);
-  arena.dirty_count = 0;
   atomic_store_explicit(&arena_purge_at_ms, 0, memory_order_relaxed);
-  if (force) {
-    unmapped_count = arena.cached_count;
-    memcpy(unmapped, arena.cached, unmapped_count * sizeof unmapped[0]);
-    arena.cached_count = 0;
-  }
+  size_t keep = force ? 0 : ARENA_CACHED_CLEAN;
+  while (arena.cached_count > keep) unmapped[unmapped_count++] = arena.cached[--arena.cached_count];
+  for (size_t i = 0; i < arena.cached_count; i++) segment_purge_all(arena.cached[i], false);
   lock_release(&arena_lock);
   for (size_t i = 0; i < unmapped_count; i++) segment_unmap(unmapped[i]);
 }

@@ -96,7 +96,7 @@ static void heap_unpark_listed(shoal_heap_t *heap, shoal_page_t *page) {
 
 static void heap_maybe_purge(shoal_heap_t *heap) {
   if (heap->purge_at_ms != 0 && os_now_ms() >= heap->purge_at_ms)
-    segment_purge_heap(heap);
+    segment_purge_heap_due(heap);
   else if (atomic_load_explicit(&arena_purge_at_ms, memory_order_relaxed) != 0)
     arena_cache_trim(false);
 }
@@ -156,8 +156,9 @@ void heap_drain_notified(shoal_heap_t *heap) {
 
 /* ---- finding a page with a free block ---- */
 
+/* No purge check here: a heap taking fresh pages is about to reuse what it
+ * freed, the worst moment to give that memory back. */
 static shoal_page_t *heap_fresh_page(shoal_heap_t *heap, uint8_t size_class) {
-  heap_maybe_purge(heap);
   shoal_page_t *page = segment_page_alloc(heap, class_slices[size_class]);
   if (page == NULL) return NULL;
   page_init(page, heap, class_block_size[size_class], size_class, page->is_zero);

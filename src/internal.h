@@ -139,7 +139,9 @@ typedef struct shoal_segment_s {
   struct shoal_segment_s *next, *prev; /* (owner) heap's list, or arena cache */
   uint64_t free_slices;                /* (owner) 1 = slice not in any page */
   uint64_t dirty_slices;               /* (owner) 1 = slice touched since its last purge */
-  size_t size;                         /* bytes mapped (SEGMENT_SIZE, or a huge block's mapping) */
+  uint64_t lazy_slices; /* (owner) free slices purged lazily (MADV_FREE): reusable at no
+                           cost until the kernel wants the memory; still dirty */
+  size_t size;          /* bytes mapped (SEGMENT_SIZE, or a huge block's mapping) */
   segment_kind_t kind;
   uint8_t slice_page[SLICES_PER_SEGMENT]; /* slice -> index of its page's first slice */
   shoal_page_t pages[SLICES_PER_SEGMENT]; /* indexed by first slice */
@@ -194,6 +196,9 @@ void *os_map_aligned(size_t size, size_t alignment);
 void os_unmap(void *address, size_t size);
 /* Give the pages back but keep the range mapped: it reads as zero after. */
 void os_purge(void *address, size_t size);
+/* Let the kernel take the pages when it needs memory; until then touching
+ * them again costs nothing. Contents are undefined after. */
+void os_purge_lazy(void *address, size_t size);
 /* Grow or shrink a mapping, moving it (without copying) to an address
  * aligned to `alignment` when it cannot stay. NULL on failure, old intact. */
 void *os_remap_aligned(void *address, size_t old_size, size_t new_size, size_t alignment);
@@ -275,6 +280,8 @@ void segment_page_free(struct shoal_heap_s *heap, shoal_page_t *page);
 bool segment_page_grow(struct shoal_heap_s *heap, shoal_page_t *page, size_t slices);
 void segment_map_set(shoal_segment_t *segment, size_t size, uint8_t head);
 void segment_purge_heap(struct shoal_heap_s *heap);
+void segment_purge_heap_lazy(struct shoal_heap_s *heap);
+void segment_purge_heap_due(struct shoal_heap_s *heap);
 uint8_t *page_slice_start(const shoal_page_t *page);
 
 /* ---- page.c ---- */

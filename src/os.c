@@ -93,6 +93,14 @@ void os_purge(void *address, size_t size) {
   errno = saved;
 }
 
+void os_purge_lazy(void *address, size_t size) {
+  int saved = errno;
+  if (madvise(address, size, MADV_FREE) != 0) madvise(address, size, MADV_DONTNEED);
+  atomic_fetch_add_explicit(&purge_count, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&purged_bytes, size, memory_order_relaxed);
+  errno = saved;
+}
+
 void *os_remap_aligned(void *address, size_t old_size, size_t new_size, size_t alignment) {
   void *p = mremap(address, old_size, new_size, 0); /* in place first */
   if (p == MAP_FAILED) {

@@ -78,8 +78,10 @@ static void heap_segment_unlink(shoal_heap_t *heap, shoal_segment_t *segment) {
   segment->next = segment->prev = NULL;
 }
 
+/* Free slices still resident and not yet lazily purged. */
 static size_t pending_bytes(const shoal_segment_t *segment, uint64_t mask) {
-  return bit_count(segment->free_slices & segment->dirty_slices & mask) * SLICE_SIZE;
+  return bit_count(segment->free_slices & segment->dirty_slices & ~segment->lazy_slices & mask) *
+         SLICE_SIZE;
 }
 
 /* A page of `slices` contiguous slices from one of the heap's segments,
@@ -106,6 +108,7 @@ shoal_page_t *segment_page_alloc(shoal_heap_t *heap, size_t slices) {
   os_commit_note((ptrdiff_t)(bit_count(mask & ~segment->dirty_slices) * SLICE_SIZE));
   segment->free_slices &= ~mask;
   segment->dirty_slices |= mask;
+  segment->lazy_slices &= ~mask;
   for (size_t i = first; i < first + slices; i++) segment->slice_page[i] = (uint8_t)first;
   shoal_page_t *page = &segment->pages[first];
   memset(page, 0, sizeof *page);
@@ -131,6 +134,7 @@ bool segment_page_grow(shoal_heap_t *heap, shoal_page_t *page, size_t slices) {
   os_commit_note((ptrdiff_t)(bit_count(mask & ~segment->dirty_slices) * SLICE_SIZE));
   segment->free_slices &= ~mask;
   segment->dirty_slices |= mask;
+  segment->lazy_slices &= ~mask;
   for (size_t i = first + have; i < first + slices; i++) segment->slice_page[i] = (uint8_t)first;
   page->slice_count = (uint8_t)slices;
   page->block_size = (uint32_t)(slices * SLICE_SIZE);
@@ -139,33 +143,86 @@ bool segment_page_grow(shoal_heap_t *heap, shoal_page_t *page, size_t slices) {
   return true;
 }
 
-/* Purge the free, touched slices of one segment, a contiguous run at a time. */
-static void segment_purge(shoal_segment_t *segment) {
+/* Purge the free, touched slices of one segment, a contiguous run at a time:
+ * for good (MADV_DONTNEED), or lazily (MADV_FREE) those not lazy already. */
+static void segment_purge(shoal_segment_t *segment, bool lazy) {
   uint64_t bits = segment->free_slices & segment->dirty_slices & ~SLICE_HEADER_BITS;
+  if (lazy) bits &= ~segment->lazy_slices;
   while (bits != 0) {
     size_t first = (size_t)__builtin_ctzll(bits);
     size_t count = (size_t)__builtin_ctzll(~(bits >> first));
     if (first + count > SLICES_PER_SEGMENT) count = SLICES_PER_SEGMENT - first;
-    os_purge((uint8_t *)segment + first * SLICE_SIZE, count * SLICE_SIZE);
-    os_commit_note(-(ptrdiff_t)(count * SLICE_SIZE));
     uint64_t mask = slice_mask(first, count);
-    segment->dirty_slices &= ~mask;
+    uint8_t *start = (uint8_t *)segment + first * SLICE_SIZE;
+    if (lazy) {
+      os_purge_lazy(start, count * SLICE_SIZE);
+      segment->lazy_slices |= mask;
+    } else {
+      os_purge(start, count * SLICE_SIZE);
+      os_commit_note(-(ptrdiff_t)(count * SLICE_SIZE));
+      segment->dirty_slices &= ~mask;
+      segment->lazy_slices &= ~mask;
+    }
     bits &= ~mask;
   }
 }
 
+/* Purge for good the free slices already purged lazily. */
+static void segment_purge_lazy_for_good(shoal_segment_t *segment) {
+  uint64_t bits = segment->lazy_slices & segment->free_slices & ~SLICE_HEADER_BITS;
+  while (bits != 0) {
+    size_t first = (size_t)__builtin_ctzll(bits);
+    size_t count = (size_t)__builtin_ctzll(~(bits >> first));
+    if (first + count > SLICES_PER_SEGMENT) count = SLICES_PER_SEGMENT - first;
+    uint64_t mask = slice_mask(first, count);
+    os_purge((uint8_t *)segment + first * SLICE_SIZE, count * SLICE_SIZE);
+    os_commit_note(-(ptrdiff_t)(count * SLICE_SIZE));
+    segment->dirty_slices &= ~mask;
+    segment->lazy_slices &= ~mask;
+    bits &= ~mask;
+  }
+}
+
+/* A collect or a thread exit: give every free slice back for good. */
 void segment_purge_heap(shoal_heap_t *heap) {
   for (shoal_segment_t *segment = heap->segments; segment != NULL; segment = segment->next)
-    segment_purge(segment);
+    segment_purge(segment, false);
   heap->purge_pending_bytes = 0;
   heap->purge_at_ms = 0;
   huge_cache_trim(false);
   arena_cache_trim(false);
 }
 
+/* The purge delay ran out: what was purged lazily a delay ago and is still
+ * unused goes back for good; what is merely free now is purged lazily, and
+ * goes for good after one more delay unless it is used again meanwhile. */
+void segment_purge_heap_due(shoal_heap_t *heap) {
+  bool lazied = false;
+  for (shoal_segment_t *segment = heap->segments; segment != NULL; segment = segment->next) {
+    uint64_t old_lazy = segment->lazy_slices;
+    segment_purge_lazy_for_good(segment);
+    segment_purge(segment, true);
+    lazied |= segment->lazy_slices != (old_lazy & segment->lazy_slices);
+  }
+  heap->purge_pending_bytes = 0;
+  heap->purge_at_ms = lazied ? os_now_ms() + option(SHOAL_OPTION_PURGE_DELAY) : 0;
+  huge_cache_trim(false);
+  arena_cache_trim(false);
+}
+
+/* Past the purge limit in a burst of frees: a lazy purge costs nothing if
+ * the program allocates again at once (it often does), and the kernel may
+ * take the memory meanwhile; the purge for good still follows the delay. */
+void segment_purge_heap_lazy(shoal_heap_t *heap) {
+  for (shoal_segment_t *segment = heap->segments; segment != NULL; segment = segment->next)
+    segment_purge(segment, true);
+  heap->purge_pending_bytes = 0;
+  if (heap->purge_at_ms == 0) heap->purge_at_ms = os_now_ms() + option(SHOAL_OPTION_PURGE_DELAY);
+}
+
 /* Give the page's slices back to its segment; an empty segment goes back to
- * the arena. The slices stay resident until the purge delay runs out or the
- * heap holds more free resident memory than the purge limit. */
+ * the arena. The slices stay resident until the purge delay runs out; past
+ * the purge limit they are purged lazily at once. */
 void segment_page_free(shoal_heap_t *heap, shoal_page_t *page) {
   shoal_segment_t *segment = segment_of(page);
   size_t first = (size_t)(page - segment->pages), count = page->slice_count;
@@ -190,8 +247,10 @@ void segment_page_free(shoal_heap_t *heap, shoal_page_t *page) {
   }
   heap->purge_pending_bytes += pending_bytes(segment, mask);
   long delay = option(SHOAL_OPTION_PURGE_DELAY);
-  if (delay == 0 || heap->purge_pending_bytes > (size_t)option(SHOAL_OPTION_PURGE_LIMIT)) {
+  if (delay == 0) {
     segment_purge_heap(heap);
+  } else if (heap->purge_pending_bytes > (size_t)option(SHOAL_OPTION_PURGE_LIMIT)) {
+    segment_purge_heap_lazy(heap);
   } else if (heap->purge_at_ms == 0) {
     heap->purge_at_ms = os_now_ms() + delay;
   }
