@@ -22,10 +22,12 @@ typedef struct option_descriptor_s {
 } option_descriptor_t;
 
 static const option_descriptor_t descriptors[SHOAL_OPTION_COUNT] = {
-    [SHOAL_OPTION_PURGE_DELAY] = {"PURGE_DELAY", 10, OPTION_NUMBER,
-                                  "ms an emptied page stays resident before it is purged"},
-    [SHOAL_OPTION_PURGE_LIMIT] = {"PURGE_LIMIT", 8L << 20, OPTION_BYTES,
-                                  "free resident bytes a thread may keep before purging at once"},
+    [SHOAL_OPTION_PURGE_DELAY] =
+        {"PURGE_DELAY", 10, OPTION_NUMBER,
+         "ms before emptied memory is purged lazily, and again before for good"},
+    [SHOAL_OPTION_PURGE_LIMIT] =
+        {"PURGE_LIMIT", 8L << 20, OPTION_BYTES,
+         "free resident bytes a thread may keep before purging lazily at once"},
     [SHOAL_OPTION_HUGE_CACHE] = {"HUGE_CACHE", 64L << 20, OPTION_BYTES,
                                  "bytes of freed huge blocks kept mapped for reuse"},
     [SHOAL_OPTION_ABORT_ON_ERROR] = {"ABORT_ON_ERROR", 1, OPTION_BOOL,
