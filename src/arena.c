@@ -1,10 +1,10 @@
 /* arena.c — what threads share: cached segments and the heap registry.
  *
- * The only place with a lock (arena_lock, lock.c's spin-yield-futex). It is
- * taken when a segment is fetched or returned and when a thread starts or
- * ends, never on the path of an ordinary malloc or free. Lock order: the
- * arena lock, then the huge-block lock (large.c); neither is held while
- * calling into a heap.
+ * Holds one of shoal's two locks (arena_lock; the other guards the huge
+ * block cache in large.c), both lock.c's spin-yield-futex. It is taken when
+ * a segment is fetched or returned and when a thread starts or ends, never
+ * on the path of an ordinary malloc or free. The two are never nested, and
+ * neither is held while calling into a heap; fork takes arena, then huge.
  *
  * Heaps are carved from chunks that are never unmapped, so a remote free can
  * always reach the heap named by a page, whatever became of its thread. */
@@ -20,7 +20,7 @@ shoal_lock_t arena_lock = SHOAL_LOCK_INIT;
 _Atomic(int64_t) arena_purge_at_ms; /* when cached segments are due for purging; 0: none */
 
 static struct {
-  shoal_segment_t *cached[ARENA_CACHED_SEGMENTS]; /* (arena) empty, purged segments */
+  shoal_segment_t *cached[ARENA_CACHED_SEGMENTS]; /* (arena) empty segments, warm first */
   size_t cached_count;                            /* (arena) */
   _Atomic(shoal_heap_t *) registered;             /* every heap; append only */
   shoal_heap_t *abandoned;                        /* (arena) heaps of exited threads */

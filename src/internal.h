@@ -16,7 +16,8 @@
  *            by a new thread, or serviced by whoever frees into it.
  *   huge     a block beyond LARGE_MAX: a segment of its own, sized to fit,
  *            cached for a while after free against mmap churn.
- *   arena    the shared part: segment cache, heap registry. Locks live here.
+ *   arena    the shared part: segment cache, heap registry, under a lock
+ *            (the huge-block cache in large.c has the only other one).
  *
  * Who writes what is said beside each field: (owner) the heap's thread only,
  * (atomic) any thread with atomics, (arena) under the arena lock. */
