@@ -11,7 +11,6 @@
 
 enum { INIT_NONE, INIT_RUNNING, INIT_DONE };
 
-_Atomic(int) process_ready;
 uintptr_t free_key;
 pthread_key_t heap_exit_key;
 static _Atomic(int) init_state;
@@ -41,7 +40,6 @@ void process_init(void) {
   options_init();
   free_key = (uintptr_t)os_random_key();
   pthread_key_create(&heap_exit_key, heap_thread_exit);
-  atomic_store_explicit(&process_ready, 1, memory_order_release);
   atomic_store_explicit(&init_state, INIT_DONE, memory_order_release);
   pthread_atfork(fork_prepare, fork_parent, fork_child);
   verbose("ready: segments of %zu KiB, %d size classes up to %d bytes, purge delay %ld ms",

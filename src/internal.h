@@ -283,7 +283,6 @@ void segment_map_set(shoal_segment_t *segment, size_t size, uint8_t head);
 void segment_purge_heap(struct shoal_heap_s *heap);
 void segment_purge_heap_lazy(struct shoal_heap_s *heap);
 void segment_purge_heap_due(struct shoal_heap_s *heap);
-uint8_t *page_slice_start(const shoal_page_t *page);
 
 /* ---- page.c ---- */
 void page_init(shoal_page_t *page, struct shoal_heap_s *heap, size_t block_size, uint8_t size_class,
@@ -294,7 +293,6 @@ bool page_park_full(shoal_page_t *page); /* arm the notify bit; false: it had re
 bool page_unpark(shoal_page_t *page);    /* disarm; false: a notification is on its way */
 void page_notify_owner(shoal_page_t *page);
 void page_push_remote(shoal_page_t *page, shoal_block_t *block); /* one CAS, may notify */
-bool page_block_is_free(shoal_page_t *page, const shoal_block_t *block);
 static inline bool is_block_start(const uint8_t *start, uint64_t divisor, const void *p) {
   uint32_t offset = (uint32_t)((const uint8_t *)p - start);
   return (uint64_t)offset * divisor <= divisor - 1;
@@ -347,7 +345,6 @@ void arena_cache_trim(bool force);
 size_t arena_heap_count(size_t *abandoned);
 
 /* ---- init.c ---- */
-extern _Atomic(int) process_ready;
 extern uintptr_t free_key; /* word 1 of every free block: catches double frees */
 void process_init(void);
 

@@ -123,13 +123,3 @@ void page_notify_owner(shoal_page_t *page) {
   if (atomic_load_explicit(&heap->state, memory_order_seq_cst) == HEAP_ABANDONED)
     heap_service_abandoned(heap);
 }
-
-/* Owner only: is this block on one of the page's own free lists? Used to
- * confirm a double free; other threads' list is not walked (it moves). */
-bool page_block_is_free(shoal_page_t *page, const shoal_block_t *block) {
-  for (shoal_block_t *b = page->free; b != NULL; b = b->next)
-    if (b == block) return true;
-  for (shoal_block_t *b = page->local_free; b != NULL; b = b->next)
-    if (b == block) return true;
-  return false;
-}

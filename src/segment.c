@@ -42,11 +42,6 @@ shoal_segment_t *segment_find(const void *p) {
   }
 }
 
-uint8_t *page_slice_start(const shoal_page_t *page) {
-  shoal_segment_t *segment = segment_of(page);
-  return (uint8_t *)segment + (size_t)(page - segment->pages) * SLICE_SIZE;
-}
-
 static inline uint64_t slice_mask(size_t first, size_t count) {
   return (count >= 64 ? SLICES_ALL : (((uint64_t)1 << count) - 1)) << first;
 }
