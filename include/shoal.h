@@ -46,6 +46,11 @@ SHOAL_API size_t shoal_malloc_usable_size(const void *ptr);
  * Lets a host (the Pascal unit) route foreign pointers elsewhere. */
 SHOAL_API bool shoal_owns(const void *ptr);
 
+/* shoal_owns and malloc_usable_size in one lookup: 0 when ptr is not in
+ * shoal's memory (NULL included), the usable size of the block otherwise
+ * (a bad pointer inside shoal's memory is reported as by malloc_usable_size). */
+SHOAL_API size_t shoal_block_size(const void *ptr);
+
 /* Give back what can be given now: collect blocks freed by other threads
  * into this thread's heap, and with force also purge every free page of
  * this thread and the shared caches at once instead of after the delay. */

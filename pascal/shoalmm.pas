@@ -111,6 +111,7 @@ function shoal_realloc(p: Pointer; size: PtrUInt): Pointer; cdecl; external name
 procedure shoal_free(p: Pointer); cdecl; external name 'shoal_free';
 function shoal_malloc_usable_size(p: Pointer): PtrUInt; cdecl; external name 'shoal_malloc_usable_size';
 function shoal_owns(p: Pointer): Boolean; cdecl; external name 'shoal_owns';
+function shoal_block_size(p: Pointer): PtrUInt; cdecl; external name 'shoal_block_size';
 procedure shoal_collect(force: Boolean); cdecl; external name 'shoal_collect';
 procedure shoal_stats_get(out stats: TShoalStats); cdecl; external name 'shoal_stats_get';
 function shoal_option_get(option: LongInt): PtrInt; cdecl; external name 'shoal_option_get';
@@ -151,9 +152,9 @@ function ShoalFreeMem(p: Pointer): PtrUInt;
 begin
   if p = nil then
     exit(0);
-  if not shoal_owns(p) then
+  Result := shoal_block_size(p); { one lookup: 0 when not shoal's }
+  if Result = 0 then
     exit(PreviousManager.FreeMem(p));
-  Result := shoal_malloc_usable_size(p);
   shoal_free(p);
 end;
 
@@ -161,9 +162,9 @@ function ShoalFreeMemSize(p: Pointer; Size: PtrUInt): PtrUInt;
 begin
   if (Size = 0) or (p = nil) then
     exit(0);
-  if not shoal_owns(p) then
+  Result := shoal_block_size(p);
+  if Result = 0 then
     exit(PreviousManager.FreeMemSize(p, Size));
-  Result := shoal_malloc_usable_size(p);
   shoal_free(p);
 end;
 
@@ -178,9 +179,9 @@ function ShoalMemSize(p: Pointer): PtrUInt;
 begin
   if p = nil then
     exit(0);
-  if not shoal_owns(p) then
+  Result := shoal_block_size(p);
+  if Result = 0 then
     exit(PreviousManager.MemSize(p));
-  Result := shoal_malloc_usable_size(p);
 end;
 
 { A block the previous manager handed out moves into shoal. }

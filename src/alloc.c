@@ -331,6 +331,17 @@ exported bool shoal_owns(const void *p) {
   return segment_find(p) != NULL;
 }
 
+exported size_t shoal_block_size(const void *p) {
+  if (likely(segment_map_is_head(p))) {
+    shoal_page_t *page = segment_page_of(segment_of(p), p);
+    if (likely(page->size_class < CLASS_COUNT && page_is_block_start(page, p) &&
+               ((const shoal_block_t *)p)->key != free_key))
+      return page->block_size;
+  }
+  if (segment_find(p) == NULL) return 0;
+  return usable_size_of(p, "malloc_usable_size");
+}
+
 /* ---- realloc ---- */
 
 /* FastMM's growth rule (seed 003): a small block grows to 2x+32, a bigger

@@ -117,6 +117,8 @@ static void ring_add(const api_t *api, live_ring_t *ring, void *block, size_t si
             alignment, size, usable);
   CHECK_CTX(shoal_owns(block), "%s %s(align %zu, size %zu): shoal_owns(%p) is false", api->name,
             how, alignment, size, block);
+  CHECK_CTX(shoal_block_size(block) == usable, "%s %s(align %zu, size %zu): block size %zu",
+            api->name, how, alignment, size, shoal_block_size(block));
   unsigned slot = ring->next++ % RING_SIZE;
   ring_retire(api, ring, slot);
   uint64_t seed = (uint64_t)(uintptr_t)block ^ size;
@@ -492,6 +494,8 @@ static void test_owns_foreign(void) {
   CHECK(!shoal_owns(static_array));
   CHECK(!shoal_owns(&static_array[63]));
   CHECK(!shoal_owns("a string literal"));
+  CHECK(shoal_block_size(&on_stack) == 0 && shoal_block_size(NULL) == 0);
+  CHECK(shoal_block_size(static_array) == 0);
   CHECK(!shoal_owns(NULL));
   CHECK(!shoal_owns((void *)test_owns_foreign));
   void *mapped = mmap(NULL, 4 * MIB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
