@@ -45,8 +45,13 @@ format:
 format-check:
 	@clang-format --dry-run --Werror $(FORMAT_FILES) && echo "format: clean"
 
+# The C suite under every allocator, then (when fpc is here and no subset was
+# asked for) the seeds' Pascal experiments under FPC's heap, cmem and ShoalMM.
 bench: build
 	python3 bench/run.py $(if $(FULL),--full) $(if $(ONLY),--only $(ONLY)) $(if $(ALLOC),--alloc $(ALLOC))
+	@if [ -z "$(ONLY)$(ALLOC)" ] && command -v fpc >/dev/null; then \
+	  bash pascal/bench/run.sh bench/results/$$(date +%F)-pascal.md $(BUILD); \
+	fi
 
 install: build
 	$(CMAKE) --install $(BUILD) --prefix $(PREFIX)
