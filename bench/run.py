@@ -38,6 +38,8 @@ ROOT = BENCH_DIR.parent
 MULTI = [2, 4, 8, 16, 32, 64]
 WORKLOADS = {
     "scaling": {"tiny": [2], "quick": [1, 2, 4], "full": [1, 2, 3, 4, 6, 8, 16]},
+    "mtalloc": {"tiny": [2], "quick": [2, 8], "full": MULTI},
+    "mtrealloc": {"tiny": [2], "quick": [2, 8], "full": MULTI},
     "prodcons": {"tiny": [2], "quick": [1, 4], "full": [1] + MULTI},
     "larson": {"tiny": [2], "quick": [2, 8], "full": MULTI},
     "strappend": {"tiny": [None], "quick": [None], "full": [None]},
