@@ -46,10 +46,12 @@ void os_commit_note(ptrdiff_t bytes) {
   }
 }
 
-/* mmap with the kernel's errno turned into ENOMEM: every failure of ours is one. */
-static void *map_anonymous(void *hint, size_t size, int extra_flags) {
-  void *p =
-      mmap(hint, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | extra_flags, -1, 0);
+/* mmap with the kernel's errno turned into ENOMEM: every failure of ours is
+ * one. No MAP_NORESERVE: the kernel's overcommit check then refuses an
+ * absurd request (malloc of 64 TiB) at once, as it does for glibc, instead
+ * of letting the program die when it touches the memory. */
+static void *map_anonymous(size_t size) {
+  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) {
     errno = ENOMEM;
     return NULL;
@@ -60,7 +62,7 @@ static void *map_anonymous(void *hint, size_t size, int extra_flags) {
 void *os_map_aligned(size_t size, size_t alignment) {
   /* Try the plain call first: the kernel often hands out aligned space
    * right below the previous mapping. Otherwise over-reserve and trim. */
-  uint8_t *p = map_anonymous(NULL, size, MAP_NORESERVE);
+  uint8_t *p = map_anonymous(size);
   if (p == NULL) return NULL;
   if (((uintptr_t)p & (alignment - 1)) != 0) {
     munmap(p, size);
@@ -68,7 +70,7 @@ void *os_map_aligned(size_t size, size_t alignment) {
       errno = ENOMEM;
       return NULL;
     }
-    uint8_t *raw = map_anonymous(NULL, size + alignment, MAP_NORESERVE);
+    uint8_t *raw = map_anonymous(size + alignment);
     if (raw == NULL) return NULL;
     uint8_t *aligned = (uint8_t *)(((uintptr_t)raw + alignment - 1) & ~(uintptr_t)(alignment - 1));
     size_t head = (size_t)(aligned - raw), tail = alignment - head;
