@@ -33,8 +33,8 @@ static const option_descriptor_t descriptors[SHOAL_OPTION_COUNT] = {
     [SHOAL_OPTION_ABORT_ON_ERROR] = {"ABORT_ON_ERROR", 1, OPTION_BOOL,
                                      "abort on an invalid or double free (0: warn and ignore it)"},
     [SHOAL_OPTION_VERBOSE] = {"VERBOSE", 0, OPTION_BOOL, "report shoal's decisions on stderr"},
-    [SHOAL_OPTION_REALLOC_GROWTH] = {"REALLOC_GROWTH", 0, OPTION_BOOL,
-                                     "over-allocate when realloc grows a block step by step"},
+    [SHOAL_OPTION_REALLOC_GROWTH] = {"REALLOC_GROWTH", 1, OPTION_BOOL,
+                                     "give a block realloc must move to grow an eighth more room"},
 };
 
 _Atomic(long) option_values[SHOAL_OPTION_COUNT];
