@@ -209,6 +209,24 @@ static inline void bench_join(pthread_t *tids, int n) {
   for (int i = 0; i < n; i++) pthread_join(tids[i], NULL);
 }
 
+/* Runs n threads of fn(args + i * stride), each of which waits once on
+ * *start_line when ready; releases them together and returns the seconds
+ * from the release to the last join. */
+static inline double bench_run_timed(pthread_barrier_t *start_line, int n, void *(*fn)(void *),
+                                     void *args, size_t stride) {
+  pthread_t *tids = calloc((size_t)n, sizeof *tids);
+  if (tids == NULL) bench_fail("out of memory for %d threads", n);
+  pthread_barrier_init(start_line, NULL, (unsigned)n + 1);
+  bench_spawn(tids, n, fn, args, stride);
+  pthread_barrier_wait(start_line);
+  double start = bench_now();
+  bench_join(tids, n);
+  double seconds = bench_now() - start;
+  pthread_barrier_destroy(start_line);
+  free(tids);
+  return seconds;
+}
+
 /* ---- the result line -------------------------------------------------- */
 
 BENCH_PRINTF static inline void bench_report(const char *fmt, ...) {

@@ -59,18 +59,10 @@ static double phase(bench_args_t args, int scratch) {
   void *handed[MAX_THREADS] = {NULL};
   for (int i = 0; scratch && i < args.threads; i++) handed[i] = bench_malloc(OBJECT_SIZE);
   worker_t *workers = bench_calloc((size_t)args.threads, sizeof *workers);
-  pthread_t *tids = bench_calloc((size_t)args.threads, sizeof *tids);
   for (int i = 0; i < args.threads; i++)
     workers[i] = (worker_t){.index = i, .objects = args.size / args.threads, .handed = handed[i]};
-  pthread_barrier_init(&start_line, NULL, (unsigned)args.threads + 1);
-  bench_spawn(tids, args.threads, worker_run, workers, sizeof *workers);
-  pthread_barrier_wait(&start_line);
-  double start = bench_now();
-  bench_join(tids, args.threads);
-  double seconds = bench_now() - start;
-  pthread_barrier_destroy(&start_line);
+  double seconds = bench_run_timed(&start_line, args.threads, worker_run, workers, sizeof *workers);
   free(workers);
-  free(tids);
   return seconds;
 }
 

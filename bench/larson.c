@@ -73,22 +73,13 @@ int main(int argc, char **argv) {
   rng_t rng = rng_make(7);
   for (size_t i = 0; i < POOL_SLOTS; i++) atomic_init(&pool[i], block_new(&rng, (uint32_t)i));
   worker_t *workers = bench_calloc((size_t)args.threads, sizeof *workers);
-  pthread_t *tids = bench_calloc((size_t)args.threads, sizeof *tids);
   for (int i = 0; i < args.threads; i++)
     workers[i] = (worker_t){.index = i, .ops = args.size / args.threads};
-  pthread_barrier_init(&start_line, NULL, (unsigned)args.threads + 1);
-
-  bench_spawn(tids, args.threads, worker_run, workers, sizeof *workers);
-  pthread_barrier_wait(&start_line);
-  double start = bench_now();
-  bench_join(tids, args.threads);
-  double seconds = bench_now() - start;
+  double seconds = bench_run_timed(&start_line, args.threads, worker_run, workers, sizeof *workers);
 
   for (size_t i = 0; i < POOL_SLOTS; i++) block_free(atomic_load(&pool[i]), "final");
   double total = (double)(args.size / args.threads) * args.threads;
   bench_report("threads=%d time_s=%.4f mops=%.3f", args.threads, seconds, total / seconds * 1e-6);
-  pthread_barrier_destroy(&start_line);
   free(workers);
-  free(tids);
   return 0;
 }

@@ -71,18 +71,10 @@ static void *worker_run(void *arg) {
 int main(int argc, char **argv) {
   bench_args_t args = bench_init(argc, argv, "mtalloc", SIZES, 2);
   worker_t *workers = bench_calloc((size_t)args.threads, sizeof *workers);
-  pthread_t *tids = bench_calloc((size_t)args.threads, sizeof *tids);
-  pthread_barrier_init(&start_line, NULL, (unsigned)args.threads + 1);
   for (int i = 0; i < args.threads; i++)
     workers[i] = (worker_t){.index = i, .replacements = args.size / args.threads};
-  bench_spawn(tids, args.threads, worker_run, workers, sizeof *workers);
-  pthread_barrier_wait(&start_line);
-  double start = bench_now();
-  bench_join(tids, args.threads);
-  double seconds = bench_now() - start;
+  double seconds = bench_run_timed(&start_line, args.threads, worker_run, workers, sizeof *workers);
   bench_report("threads=%d time_s=%.4f replacements=%ld", args.threads, seconds, args.size);
-  pthread_barrier_destroy(&start_line);
   free(workers);
-  free(tids);
   return 0;
 }

@@ -123,21 +123,12 @@ begin
   Root.Free;
 end;
 
-procedure Measure(const Name: string; Body: TProcedure);
-var
-  Start: Int64;
-begin
-  Start := NowMicroseconds;
-  Body;
-  Report('objects', Name, NowMicroseconds - Start);
-end;
-
 begin
   Count := Scaled(10000000);
   if Count < Batch then
     Count := Batch;
   TreeNodes := Scaled(300000);
-  Measure(Format('%d small objects, Create/Free', [Count]), @Objects);
-  Measure(Format('%d small records, New/Dispose', [Count]), @Records);
-  Measure(Format('tree of %d generic nodes with a string', [TreeNodes]), @Tree);
+  Measure('objects', Format('%d small objects, Create/Free', [Count]), @Objects);
+  Measure('objects', Format('%d small records, New/Dispose', [Count]), @Records);
+  Measure('objects', Format('tree of %d generic nodes with a string', [TreeNodes]), @Tree);
 end.

@@ -98,21 +98,12 @@ begin
   AppendList(True);
 end;
 
-procedure Measure(const Name: string; Body: TProcedure);
-var
-  Start: Int64;
-begin
-  Start := NowMicroseconds;
-  Body;
-  Report('realloc', Name, NowMicroseconds - Start);
-end;
-
 begin
   Chars := Scaled(10000000);
-  Measure('string s := s + c', @AppendString);
-  Measure('string, SetLength first', @SetLengthString);
-  Measure('dynamic array, SetLength(a, n + 1)', @AppendArray);
-  Measure('dynamic array, SetLength first', @SetLengthArray);
-  Measure('TList<Char>.Add', @AppendListPlain);
-  Measure('TList<Char>.Add, Capacity first', @AppendListCapacity);
+  Measure('realloc', 'string s := s + c', @AppendString);
+  Measure('realloc', 'string, SetLength first', @SetLengthString);
+  Measure('realloc', 'dynamic array, SetLength(a, n + 1)', @AppendArray);
+  Measure('realloc', 'dynamic array, SetLength first', @SetLengthArray);
+  Measure('realloc', 'TList<Char>.Add', @AppendListPlain);
+  Measure('realloc', 'TList<Char>.Add, Capacity first', @AppendListCapacity);
 end.
