@@ -200,14 +200,7 @@ out_of_line void *alloc_generic(shoal_heap_t *heap, size_t size) {
   if (likely(size > DIRECT_MAX && size <= MEDIUM_MAX)) {
     uint8_t size_class = size_class_of_large(size);
     shoal_page_t *page = heap->queues[size_class].first;
-    if (likely(page != NULL && page->free != NULL)) {
-      shoal_block_t *block = page->free;
-      page->free = block->next;
-      page->used++;
-      block->key = 0;
-      counter_add(&heap->counters.allocated[size_class], 1);
-      return block;
-    }
+    if (likely(page != NULL && page->free != NULL)) return page_pop(heap, page);
   }
   return heap_malloc_slow(heap, size);
 }

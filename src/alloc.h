@@ -20,14 +20,7 @@ fast_path void *alloc_fast(size_t size) {
   shoal_heap_t *heap = thread_heap;
   if (likely(size <= DIRECT_MAX)) {
     shoal_page_t *page = heap->direct_page[(size + WORD_SIZE - 1) / WORD_SIZE];
-    shoal_block_t *block = page->free;
-    if (likely(block != NULL)) {
-      page->free = block->next;
-      page->used++;
-      block->key = 0;
-      counter_add(&heap->counters.allocated[page->size_class], 1);
-      return block;
-    }
+    if (likely(page->free != NULL)) return page_pop(heap, page);
   }
   return alloc_generic(heap, size);
 }

@@ -234,15 +234,6 @@ void heap_remote_cache_flush(shoal_heap_t *heap) {
   }
 }
 
-static inline void *page_pop(shoal_heap_t *heap, shoal_page_t *page) {
-  shoal_block_t *block = page->free;
-  page->free = block->next;
-  page->used++;
-  block->key = 0;
-  counter_add(&heap->counters.allocated[page->size_class], 1);
-  return block;
-}
-
 static slow_path void *out_of_memory(void) {
   errno = ENOMEM;
   return NULL;

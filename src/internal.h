@@ -356,6 +356,17 @@ static inline void counter_add(_Atomic(size_t) *counter, size_t amount) {
   atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + amount,
                         memory_order_relaxed);
 }
+
+/* Hand out the page's next free block (the page has one): the pop every
+ * malloc path ends in. */
+static inline void *page_pop(shoal_heap_t *heap, shoal_page_t *page) {
+  shoal_block_t *block = page->free;
+  page->free = block->next;
+  page->used++;
+  block->key = 0;
+  counter_add(&heap->counters.allocated[page->size_class], 1);
+  return block;
+}
 extern _Atomic(size_t) stat_segments, stat_pages, stat_huge_blocks;
 extern heap_counters_t orphan_counters; /* frees by threads without a heap */
 
