@@ -51,39 +51,89 @@ SHOAL_API bool shoal_owns(const void *ptr);
  * (a bad pointer inside shoal's memory is reported as by malloc_usable_size). */
 SHOAL_API size_t shoal_block_size(const void *ptr);
 
+/* Checked mode (SHOAL_CHECK=1): verify the guards of every live block and
+ * the fill of every quarantined one now; each fault is reported as at free
+ * (then abort, unless SHOAL_ABORT_ON_ERROR=0). Returns the faults found;
+ * 0 without checked mode, which keeps nothing to check. */
+SHOAL_API size_t shoal_check_heap(void);
+
 /* Give back what can be given now: collect blocks freed by other threads
  * into this thread's heap, and with force also purge every free page of
  * this thread and the shared caches at once instead of after the delay. */
 SHOAL_API void shoal_collect(bool force);
 
-/* Process-wide figures. Live figures are exact once all threads are quiet;
- * while threads run they are a consistent-enough snapshot. */
-typedef struct shoal_stats_s {
-  size_t live_blocks;        /* blocks handed out and not yet freed */
-  size_t live_bytes;         /* sum of their usable sizes */
-  size_t os_reserved_bytes;  /* address space held from the OS */
-  size_t os_committed_bytes; /* of it, memory that may be resident */
-  size_t os_peak_committed_bytes;
-  size_t segments;        /* segments in use (each SHOAL_SEGMENT_SIZE) */
-  size_t pages;           /* pages in use */
-  size_t huge_blocks;     /* blocks with a mapping of their own */
-  size_t heaps;           /* thread heaps ever created (live + adoptable) */
-  size_t heaps_abandoned; /* heaps of exited threads awaiting adoption */
-  size_t remote_frees;    /* frees of blocks owned by another thread */
-  size_t purges;          /* ranges given back to the OS */
-  size_t purged_bytes;
-} shoal_stats_t;
+/* Statistics: process-wide figures, summed on request from counters each
+ * thread keeps in its own heap (no lock, no shared write on the fast paths).
+ * SHOAL_STATS=1 prints them at exit as a table on stderr, SHOAL_STATS=json
+ * as JSON. A build with -DSHOAL_STATISTICS=OFF keeps no counters: then the
+ * figures marked (counted) read 0 and counters_enabled says so.
+ *
+ * Live figures are exact once all threads are quiet; while threads run they
+ * are a snapshot whose parts may be a few operations apart. "Cumulative"
+ * figures only grow, from the start of the process.
+ *
+ * The two lists below generate the structs and the printers (src/stats.c):
+ * X(name, kind, description), kind COUNT or BYTES. New figures go at the end
+ * of a list, so that the layout of the old ones stays as it was; the Pascal
+ * unit (pascal/shoalmm.pas, TShoalStats) mirrors the layout and its test
+ * compares the sizes. */
+#define SHOAL_STATS_FIELDS(X)                                                                      \
+  X(live_blocks, COUNT, "blocks handed out and not yet freed (counted)")                           \
+  X(live_bytes, BYTES, "sum of their usable sizes (counted)")                                      \
+  X(os_reserved_bytes, BYTES, "address space held from the OS")                                    \
+  X(os_committed_bytes, BYTES, "of it, memory that may be resident")                               \
+  X(os_peak_committed_bytes, BYTES, "the highest os_committed_bytes so far")                       \
+  X(segments, COUNT, "4 MiB segments held by heaps (cached ones and huge blocks apart)")           \
+  X(pages, COUNT, "pages in use (runs of 64 KiB slices holding blocks)")                           \
+  X(huge_blocks, COUNT, "blocks with a mapping of their own")                                      \
+  X(heaps, COUNT, "thread heaps ever created (live and adoptable)")                                \
+  X(heaps_abandoned, COUNT, "heaps of exited threads awaiting adoption")                           \
+  X(remote_frees, COUNT, "frees of blocks another thread owns, cumulative (counted)")              \
+  X(purges, COUNT, "ranges given back to the OS, cumulative")                                      \
+  X(purged_bytes, BYTES, "bytes given back to the OS, cumulative")                                 \
+  X(slow_paths, COUNT, "mallocs that found no block at hand, or large ones, cumulative (counted)") \
+  X(allocated_blocks, COUNT, "blocks handed out, cumulative (counted)")                            \
+  X(freed_blocks, COUNT, "blocks freed, cumulative (counted)")                                     \
+  X(outsized_live_bytes, BYTES, "of live_bytes, in large and huge blocks (counted)")               \
+  X(counters_enabled, COUNT, "1: built with SHOAL_STATISTICS; 0: (counted) figures read 0")
 
+/* One row of the per-class table: a size class, or the large or huge blocks. */
+#define SHOAL_CLASS_STATS_FIELDS(X)                                                                \
+  X(block_size, BYTES, "bytes per block; 0 for large and huge blocks, whose sizes vary")           \
+  X(allocated, COUNT, "blocks handed out, cumulative")                                             \
+  X(freed, COUNT, "blocks freed, cumulative")                                                      \
+  X(live, COUNT, "allocated - freed")
+
+#define SHOAL_STATS_SIZE_CLASSES 80 /* 16 B to 64 KiB; beyond, large and huge blocks */
+
+#define SHOAL_STATS_MEMBER_(name, kind, description) size_t name;
+typedef struct shoal_class_stats_s {
+  SHOAL_CLASS_STATS_FIELDS(SHOAL_STATS_MEMBER_)
+} shoal_class_stats_t;
+
+typedef struct shoal_stats_s {
+  SHOAL_STATS_FIELDS(SHOAL_STATS_MEMBER_)
+  shoal_class_stats_t classes[SHOAL_STATS_SIZE_CLASSES]; /* smallest block size first */
+  shoal_class_stats_t large; /* over 64 KiB up to 2 MiB: a page of slices each */
+  shoal_class_stats_t huge;  /* over 2 MiB: a mapping each */
+} shoal_stats_t;
+#undef SHOAL_STATS_MEMBER_
+
+/* Fill *stats with the figures now. */
 SHOAL_API void shoal_stats_get(shoal_stats_t *stats);
+/* The same, returned by value (about 2.8 KB). */
+SHOAL_API shoal_stats_t shoal_stats(void);
 
 /* Options: each is also read once from the environment as SHOAL_<NAME>. */
 typedef enum shoal_option_e {
-  SHOAL_OPTION_PURGE_DELAY,    /* ms before an emptied page is purged */
-  SHOAL_OPTION_PURGE_LIMIT,    /* bytes of free dirty memory a thread keeps */
-  SHOAL_OPTION_HUGE_CACHE,     /* bytes of freed huge blocks kept mapped */
-  SHOAL_OPTION_ABORT_ON_ERROR, /* 1: abort on a bad free; 0: warn, ignore */
-  SHOAL_OPTION_VERBOSE,        /* 1: say what shoal decides on stderr */
-  SHOAL_OPTION_REALLOC_GROWTH, /* 1: over-allocate on realloc growth */
+  SHOAL_OPTION_PURGE_DELAY,      /* ms before an emptied page is purged */
+  SHOAL_OPTION_PURGE_LIMIT,      /* bytes of free dirty memory a thread keeps */
+  SHOAL_OPTION_HUGE_CACHE,       /* bytes of freed huge blocks kept mapped */
+  SHOAL_OPTION_ABORT_ON_ERROR,   /* 1: abort on a bad free; 0: warn, ignore */
+  SHOAL_OPTION_VERBOSE,          /* 1: say what shoal decides on stderr */
+  SHOAL_OPTION_REALLOC_GROWTH,   /* 1: over-allocate on realloc growth */
+  SHOAL_OPTION_LEAKS_SAMPLE,     /* SHOAL_LEAKS: one sample per this many bytes */
+  SHOAL_OPTION_CHECK_QUARANTINE, /* SHOAL_CHECK: bytes of freed blocks held back */
   SHOAL_OPTION_COUNT
 } shoal_option_t;
 

@@ -50,6 +50,14 @@ unit ShoalMM;
 interface
 
 type
+  { Mirrors shoal_class_stats_t: one size class, or the large or huge blocks. }
+  TShoalClassStats = record
+    BlockSize: PtrUInt;             { bytes per block; 0 for large and huge blocks }
+    Allocated: PtrUInt;             { blocks handed out, cumulative }
+    Freed: PtrUInt;                 { blocks freed, cumulative }
+    Live: PtrUInt;                  { Allocated - Freed }
+  end;
+
   { Mirrors shoal_stats_t field for field (size_t = PtrUInt). }
   TShoalStats = record
     LiveBlocks: PtrUInt;            { blocks handed out and not yet freed }
@@ -65,6 +73,14 @@ type
     RemoteFrees: PtrUInt;           { frees of blocks owned by another thread }
     Purges: PtrUInt;                { ranges given back to the OS }
     PurgedBytes: PtrUInt;
+    SlowPaths: PtrUInt;             { mallocs that found no block at hand, or large ones }
+    AllocatedBlocks: PtrUInt;       { blocks handed out, cumulative }
+    FreedBlocks: PtrUInt;           { blocks freed, cumulative }
+    OutsizedLiveBytes: PtrUInt;     { of LiveBytes, in large and huge blocks }
+    CountersEnabled: PtrUInt;       { 0: built with SHOAL_STATISTICS=OFF, counted figures read 0 }
+    Classes: array[0..79] of TShoalClassStats; { SHOAL_STATS_SIZE_CLASSES, smallest first }
+    Large: TShoalClassStats;        { over 64 KiB up to 2 MiB }
+    Huge: TShoalClassStats;         { over 2 MiB }
   end;
 
   { Mirrors shoal_option_t, in order. Each is also read once from the
@@ -75,7 +91,9 @@ type
     soHugeCache,      { bytes of freed huge blocks kept mapped }
     soAbortOnError,   { 1: abort on a bad free; 0: warn, ignore }
     soVerbose,        { 1: say what shoal decides on stderr }
-    soReallocGrowth   { 1: over-allocate on realloc growth }
+    soReallocGrowth,  { 1: over-allocate on realloc growth }
+    soLeaksSample,    { SHOAL_LEAKS: one sample per this many bytes }
+    soCheckQuarantine { SHOAL_CHECK: bytes of freed blocks held back }
   );
 
 { True when this unit installed shoal as the memory manager. }

@@ -59,6 +59,26 @@ static shoal_block_t *block_lookup(const void *p, const char *function, shoal_pa
   return (shoal_block_t *)p;
 }
 
+/* The block that contains p and its usable size, for checked mode, which
+ * keeps a header before what the program gets; NULL when p lies in no
+ * block. Reports nothing, and reads only the page's shared line. */
+void *block_containing(const void *p, size_t *usable) {
+  shoal_segment_t *segment = segment_find(p);
+  if (segment == NULL) return NULL;
+  shoal_page_t *page =
+      segment->kind == SEGMENT_HUGE ? &segment->pages[0] : segment_page_of(segment, p);
+  uint8_t size_class = page->shared_class;
+  uint8_t *start = page->shared_start;
+  size_t block_size = page->shared_block_size;
+  if (size_class == CLASS_NONE || (const uint8_t *)p < start) return NULL;
+  if (size_class == CLASS_HUGE) block_size = huge_usable_size(segment, start);
+  if (block_size == 0) return NULL;
+  size_t index = (size_t)((const uint8_t *)p - start) / block_size;
+  if (size_class >= CLASS_COUNT && index != 0) return NULL;
+  *usable = block_size;
+  return start + index * block_size;
+}
+
 /* ---- free ---- */
 
 /* Count a free in this thread's heap. A thread may free before it ever
@@ -118,12 +138,17 @@ static void free_remote(shoal_page_t *page, shoal_block_t *block) {
 
 /* A block of another heap (one CAS on its page's remote list), of a huge
  * segment, or no block at all. Reads only the page's shared line. */
-void free_not_local(shoal_page_t *page, void *p, size_t size_hint) {
+void free_not_local(shoal_page_t *page, void *p, size_t size_hint, caller_t caller) {
+  if (caller == OWN_CALLER) caller = CALLER();
+  if (unlikely(thread_heap == &heap_empty) && diag_interposes()) {
+    diag_free(p, size_hint, caller);
+    return;
+  }
   shoal_block_t *block = p;
   if (unlikely(page->shared_class >= CLASS_HUGE || size_hint > page->shared_block_size ||
                !is_block_start(page->shared_start, page->shared_divisor, p) ||
                block->key == free_key)) {
-    free_slow(p, size_hint); /* huge blocks, aligned interiors, and every error */
+    free_slow(p, size_hint, caller); /* huge blocks, aligned interiors, and every error */
     return;
   }
   shoal_heap_t *heap = thread_heap;
@@ -145,8 +170,13 @@ static void free_huge(shoal_segment_t *segment, shoal_block_t *block, const void
   huge_free(segment);
 }
 
-slow_path void free_slow(void *p, size_t size_hint) {
+slow_path void free_slow(void *p, size_t size_hint, caller_t caller) {
   if (p == NULL) return;
+  if (caller == OWN_CALLER) caller = CALLER();
+  if (thread_heap == &heap_empty && diag_interposes()) {
+    diag_free(p, size_hint, caller);
+    return;
+  }
   int saved_errno = errno;
   shoal_page_t *page;
   shoal_block_t *block = block_lookup(p, "free", &page);
@@ -185,28 +215,38 @@ done:
 }
 
 exported void shoal_free(void *p) {
-  free_fast(p, 0);
+  free_fast(p, 0, OWN_CALLER);
 }
 
 exported void shoal_free_sized(void *p, size_t size) {
-  free_fast(p, size);
+  free_fast(p, size, OWN_CALLER);
 }
 
 /* ---- malloc ---- */
 
+/* A thread's first allocation; and every allocation while the diagnostics
+ * interpose, since they keep thread_heap at heap_empty (diag.c). */
+static slow_path void *alloc_first(size_t size, caller_t caller) {
+  process_init();
+  if (diag_interposes()) return diag_malloc(size, 0, caller);
+  return heap_malloc_slow(&heap_empty, size);
+}
+
 /* Sizes above DIRECT_MAX: the class by bit arithmetic, then the same pop
  * from the first page of its queue; everything else is the slow path. */
-out_of_line void *alloc_generic(shoal_heap_t *heap, size_t size) {
+out_of_line void *alloc_generic(shoal_heap_t *heap, size_t size, caller_t caller) {
+  if (caller == OWN_CALLER) caller = CALLER();
   if (likely(size > DIRECT_MAX && size <= MEDIUM_MAX)) {
     uint8_t size_class = size_class_of_large(size);
     shoal_page_t *page = heap->queues[size_class].first;
     if (likely(page != NULL && page->free != NULL)) return page_pop(heap, page);
   }
+  if (unlikely(heap == &heap_empty)) return alloc_first(size, caller);
   return heap_malloc_slow(heap, size);
 }
 
 exported void *shoal_malloc(size_t size) {
-  return alloc_fast(size);
+  return alloc_fast(size, OWN_CALLER);
 }
 
 /* ---- calloc: skip zeroing memory fresh from the OS ---- */
@@ -216,8 +256,10 @@ static void *zero_block(void *p, size_t size) {
   shoal_page_t *page =
       segment->kind == SEGMENT_HUGE ? &segment->pages[0] : segment_page_of(segment, p);
   /* is_zero speaks for blocks from the page's own lists; a block of another
-   * thread's page came used, from this thread's remote cache. */
-  bool own = segment->kind == SEGMENT_HUGE || segment->heap == thread_heap;
+   * thread's page came used, from this thread's remote cache. A huge page's
+   * flag speaks for its block's start only: checked mode hands out a point
+   * further in, after its header. */
+  bool own = segment->kind == SEGMENT_HUGE ? p == page->start : segment->heap == thread_heap;
   if (own && page->is_zero)
     ((shoal_block_t *)p)->next = NULL; /* only the link was written */
   else
@@ -225,14 +267,18 @@ static void *zero_block(void *p, size_t size) {
   return p;
 }
 
-exported void *shoal_calloc(size_t count, size_t size) {
+void *api_calloc(size_t count, size_t size, caller_t caller) {
   size_t total;
   if (unlikely(__builtin_mul_overflow(count, size, &total))) {
     errno = ENOMEM;
     return NULL;
   }
-  void *p = alloc_fast(total);
+  void *p = alloc_fast(total, caller);
   return p == NULL ? NULL : zero_block(p, total);
+}
+
+exported void *shoal_calloc(size_t count, size_t size) {
+  return api_calloc(count, size, CALLER());
 }
 
 /* ---- aligned ---- */
@@ -240,15 +286,17 @@ exported void *shoal_calloc(size_t count, size_t size) {
 /* Every class is a multiple of the alignments its size allows (size_class.c)
  * and pages start on 64 KiB, so rounding the size up to the alignment is
  * enough below MEDIUM_MAX. */
-static void *alloc_aligned(size_t alignment, size_t size) {
-  if (alignment <= WORD_SIZE) return alloc_fast(size);
+static void *alloc_aligned(size_t alignment, size_t size, caller_t caller) {
+  if (alignment <= WORD_SIZE) return alloc_fast(size, caller);
+  if (unlikely(thread_heap == &heap_empty) && diag_interposes())
+    return diag_malloc(size, alignment, caller);
   if (size == 0) size = 1;
   size_t rounded = (size + alignment - 1) & ~(alignment - 1);
   if (rounded < size || size > PTRDIFF_MAX) {
     errno = ENOMEM;
     return NULL;
   }
-  if (rounded <= MEDIUM_MAX && alignment <= SLICE_SIZE) return alloc_fast(rounded);
+  if (rounded <= MEDIUM_MAX && alignment <= SLICE_SIZE) return alloc_fast(rounded, caller);
   shoal_heap_t *heap = thread_heap;
   if (heap == &heap_empty && (heap = heap_get_or_create()) == NULL) {
     errno = ENOMEM;
@@ -261,26 +309,26 @@ static bool is_power_of_two(size_t x) {
   return x != 0 && (x & (x - 1)) == 0;
 }
 
-exported int shoal_posix_memalign(void **result, size_t alignment, size_t size) {
+int api_posix_memalign(void **result, size_t alignment, size_t size, caller_t caller) {
   if (!is_power_of_two(alignment) || alignment % sizeof(void *) != 0) return EINVAL;
   int saved_errno = errno;
-  void *p = alloc_aligned(alignment, size);
+  void *p = alloc_aligned(alignment, size, caller);
   errno = saved_errno;
   if (p == NULL) return ENOMEM;
   *result = p;
   return 0;
 }
 
-exported void *shoal_aligned_alloc(size_t alignment, size_t size) {
+void *api_aligned_alloc(size_t alignment, size_t size, caller_t caller) {
   if (!is_power_of_two(alignment)) {
     errno = EINVAL;
     return NULL;
   }
-  return alloc_aligned(alignment, size);
+  return alloc_aligned(alignment, size, caller);
 }
 
-exported void *shoal_memalign(size_t alignment, size_t size) {
-  if (alignment <= WORD_SIZE) return alloc_fast(size);
+void *api_memalign(size_t alignment, size_t size, caller_t caller) {
+  if (alignment <= WORD_SIZE) return alloc_fast(size, caller);
   if (!is_power_of_two(alignment)) { /* glibc rounds up to a power of two */
     if (alignment > ((size_t)1 << 62)) {
       errno = EINVAL;
@@ -288,21 +336,37 @@ exported void *shoal_memalign(size_t alignment, size_t size) {
     }
     alignment = (size_t)1 << (64 - __builtin_clzll(alignment));
   }
-  return alloc_aligned(alignment, size);
+  return alloc_aligned(alignment, size, caller);
 }
 
-exported void *shoal_valloc(size_t size) {
-  return alloc_aligned(os_page_size(), size);
+void *api_valloc(size_t size, caller_t caller) {
+  return alloc_aligned(os_page_size(), size, caller);
 }
 
-exported void *shoal_pvalloc(size_t size) {
+void *api_pvalloc(size_t size, caller_t caller) {
   size_t page = os_page_size();
   size_t rounded = (size + page - 1) & ~(page - 1);
   if (rounded < size) {
     errno = ENOMEM;
     return NULL;
   }
-  return alloc_aligned(page, rounded == 0 ? page : rounded);
+  return alloc_aligned(page, rounded == 0 ? page : rounded, caller);
+}
+
+exported int shoal_posix_memalign(void **result, size_t alignment, size_t size) {
+  return api_posix_memalign(result, alignment, size, CALLER());
+}
+exported void *shoal_aligned_alloc(size_t alignment, size_t size) {
+  return api_aligned_alloc(alignment, size, CALLER());
+}
+exported void *shoal_memalign(size_t alignment, size_t size) {
+  return api_memalign(alignment, size, CALLER());
+}
+exported void *shoal_valloc(size_t size) {
+  return api_valloc(size, CALLER());
+}
+exported void *shoal_pvalloc(size_t size) {
+  return api_pvalloc(size, CALLER());
 }
 
 /* ---- usable size ---- */
@@ -316,8 +380,14 @@ static size_t usable_size_of(const void *p, const char *function) {
   return (size_t)((uint8_t *)block + page->block_size - (const uint8_t *)p);
 }
 
+size_t api_usable_size(const void *p, const char *function, caller_t caller) {
+  if (unlikely(thread_heap == &heap_empty) && diag_interposes())
+    return diag_usable_size(p, function, caller);
+  return usable_size_of(p, function);
+}
+
 exported size_t shoal_malloc_usable_size(const void *p) {
-  return usable_size_of(p, "malloc_usable_size");
+  return api_usable_size(p, "malloc_usable_size", CALLER());
 }
 
 exported bool shoal_owns(const void *p) {
@@ -332,7 +402,7 @@ exported size_t shoal_block_size(const void *p) {
       return page->block_size;
   }
   if (segment_find(p) == NULL) return 0;
-  return usable_size_of(p, "malloc_usable_size");
+  return api_usable_size(p, "malloc_usable_size", CALLER());
 }
 
 /* ---- realloc ---- */
@@ -350,17 +420,17 @@ static size_t realloc_target(size_t usable, size_t size) {
 }
 
 /* Copy into a new block; the old one stays intact if that fails. */
-static void *realloc_move(void *p, size_t usable, size_t size) {
+static void *realloc_move(void *p, size_t usable, size_t size, caller_t caller) {
   if (size > PTRDIFF_MAX) {
     errno = ENOMEM;
     return NULL;
   }
   void *fresh = NULL;
-  if (size > usable) fresh = alloc_fast(realloc_target(usable, size));
-  if (fresh == NULL) fresh = alloc_fast(size);
+  if (size > usable) fresh = alloc_fast(realloc_target(usable, size), caller);
+  if (fresh == NULL) fresh = alloc_fast(size, caller);
   if (fresh == NULL) return NULL;
   memcpy(fresh, p, size < usable ? size : usable);
-  free_fast(p, 0);
+  free_fast(p, 0, caller);
   return fresh;
 }
 
@@ -369,7 +439,7 @@ static inline bool realloc_fits(size_t usable, size_t size) {
   return size <= usable && (size >= usable / 2 || usable <= 128);
 }
 
-static slow_path void *realloc_slow(void *p, size_t size) {
+static slow_path void *realloc_slow(void *p, size_t size, caller_t caller) {
   size_t usable = usable_size_of(p, "realloc");
   if (usable == 0) {
     errno = EINVAL;
@@ -406,23 +476,27 @@ static slow_path void *realloc_slow(void *p, size_t size) {
       return NULL;
     }
   }
-  return realloc_move(p, usable, size);
+  return realloc_move(p, usable, size, caller);
 }
 
-exported void *shoal_realloc(void *p, size_t size) {
-  if (p == NULL) return alloc_fast(size);
+void *api_realloc(void *p, size_t size, caller_t caller) {
+  if (unlikely(thread_heap == &heap_empty) && diag_interposes())
+    return diag_realloc(p, size, caller);
+  if (p == NULL) return alloc_fast(size, caller);
   if (size == 0) {
-    free_fast(p, 0);
+    free_fast(p, 0, caller);
     return NULL;
   }
   /* A live block whose page says its usable size: a class block, or the
-   * start of a large or huge block. Appending to a growing buffer lives here. */
+   * start of a large or huge block. Appending to a growing buffer lives here.
+   * The key is read only at a block start (aligned); the rest is realloc_slow's. */
   if (likely(segment_map_is_head(p))) {
     shoal_page_t *page = segment_page_of(segment_of(p), p);
-    if (likely(((shoal_block_t *)p)->key != free_key)) {
-      if (likely(page->size_class < CLASS_COUNT && page_is_block_start(page, p))) {
+    bool class_block = page->size_class < CLASS_COUNT && page_is_block_start(page, p);
+    if (likely((class_block || p == page->start) && ((shoal_block_t *)p)->key != free_key)) {
+      if (likely(class_block)) {
         if (realloc_fits(page->block_size, size)) return p;
-        return realloc_move(p, page->block_size, size);
+        return realloc_move(p, page->block_size, size, caller);
       }
       if (p == page->start && page->size_class == CLASS_HUGE &&
           realloc_fits(huge_usable_size(segment_of(p), p), size))
@@ -432,14 +506,21 @@ exported void *shoal_realloc(void *p, size_t size) {
         return p;
     }
   }
-  return realloc_slow(p, size);
+  return realloc_slow(p, size, caller);
 }
 
-exported void *shoal_reallocarray(void *p, size_t count, size_t size) {
+void *api_reallocarray(void *p, size_t count, size_t size, caller_t caller) {
   size_t total;
   if (__builtin_mul_overflow(count, size, &total)) {
     errno = ENOMEM;
     return NULL;
   }
-  return shoal_realloc(p, total);
+  return api_realloc(p, total, caller);
+}
+
+exported void *shoal_realloc(void *p, size_t size) {
+  return api_realloc(p, size, CALLER());
+}
+exported void *shoal_reallocarray(void *p, size_t count, size_t size) {
+  return api_reallocarray(p, count, size, CALLER());
 }

@@ -240,5 +240,5 @@ static void orphan_other_heaps(shoal_heap_t *heap, void *context) {
  * them; a child that lives on leaks it rather than risk corruption). */
 void arena_fork_child(void) {
   lock_reset(&arena_lock);
-  arena_for_each_heap(orphan_other_heaps, thread_heap);
+  arena_for_each_heap(orphan_other_heaps, thread_heap_own());
 }

@@ -10,45 +10,45 @@
 #include <errno.h>
 
 exported void *malloc(size_t size) {
-  return alloc_fast(size);
+  return alloc_fast(size, OWN_CALLER);
 }
 exported void free(void *p) {
-  free_fast(p, 0);
+  free_fast(p, 0, OWN_CALLER);
 }
 exported void *calloc(size_t count, size_t size) {
-  return shoal_calloc(count, size);
+  return api_calloc(count, size, CALLER());
 }
 exported void *realloc(void *p, size_t size) {
-  return shoal_realloc(p, size);
+  return api_realloc(p, size, CALLER());
 }
 exported void *reallocarray(void *p, size_t count, size_t size) {
-  return shoal_reallocarray(p, count, size);
+  return api_reallocarray(p, count, size, CALLER());
 }
 exported int posix_memalign(void **result, size_t alignment, size_t size) {
-  return shoal_posix_memalign(result, alignment, size);
+  return api_posix_memalign(result, alignment, size, CALLER());
 }
 exported void *aligned_alloc(size_t alignment, size_t size) {
-  return shoal_aligned_alloc(alignment, size);
+  return api_aligned_alloc(alignment, size, CALLER());
 }
 exported void *memalign(size_t alignment, size_t size) {
-  return shoal_memalign(alignment, size);
+  return api_memalign(alignment, size, CALLER());
 }
 exported void *valloc(size_t size) {
-  return shoal_valloc(size);
+  return api_valloc(size, CALLER());
 }
 exported void *pvalloc(size_t size) {
-  return shoal_pvalloc(size);
+  return api_pvalloc(size, CALLER());
 }
 exported size_t malloc_usable_size(void *p) {
-  return shoal_malloc_usable_size(p);
+  return api_usable_size(p, "malloc_usable_size", CALLER());
 }
 /* C23 */
 exported void free_sized(void *p, size_t size) {
-  free_fast(p, size);
+  free_fast(p, size, OWN_CALLER);
 }
 exported void free_aligned_sized(void *p, size_t alignment, size_t size) {
   (void)alignment;
-  free_fast(p, size);
+  free_fast(p, size, OWN_CALLER);
 }
 
 /* ---- C++ (Itanium ABI names, size_t = unsigned long) ---- */
@@ -59,7 +59,7 @@ extern void _ZSt17__throw_bad_allocv(void) __attribute__((weak, noreturn));
 
 /* Out of memory in new: ask the new-handler to make room and retry, then
  * throw (or return NULL for the nothrow forms). */
-static slow_path void *new_failed(size_t size, size_t alignment, bool nothrow) {
+static slow_path void *new_failed(size_t size, size_t alignment, bool nothrow, caller_t caller) {
   for (;;) {
     new_handler_t handler = _ZSt15get_new_handlerv != NULL ? _ZSt15get_new_handlerv() : NULL;
     if (handler == NULL) {
@@ -69,97 +69,107 @@ static slow_path void *new_failed(size_t size, size_t alignment, bool nothrow) {
       os_abort();
     }
     handler();
-    void *p = alignment != 0 ? shoal_aligned_alloc(alignment, size) : alloc_fast(size);
+    void *p =
+        alignment != 0 ? api_aligned_alloc(alignment, size, caller) : alloc_fast(size, caller);
     if (p != NULL) return p;
   }
 }
 
-fast_path void *new_fast(size_t size, bool nothrow) {
-  void *p = alloc_fast(size);
-  return likely(p != NULL) ? p : new_failed(size, 0, nothrow);
+/* new's slow exits: malloc's, then the new-handler when it fails. The
+ * fast path is malloc's, which never fails, so new tests nothing more. */
+static slow_path void *new_generic(shoal_heap_t *heap, size_t size, caller_t caller) {
+  if (caller == OWN_CALLER) caller = CALLER();
+  void *p = alloc_generic(heap, size, caller);
+  return likely(p != NULL) ? p : new_failed(size, 0, false, caller);
 }
 
-static void *new_aligned(size_t size, size_t alignment, bool nothrow) {
-  void *p = shoal_aligned_alloc(alignment, size);
-  return likely(p != NULL) ? p : new_failed(size, alignment, nothrow);
+static slow_path void *new_generic_nothrow(shoal_heap_t *heap, size_t size, caller_t caller) {
+  if (caller == OWN_CALLER) caller = CALLER();
+  void *p = alloc_generic(heap, size, caller);
+  return likely(p != NULL) ? p : new_failed(size, 0, true, caller);
+}
+
+fast_path void *new_aligned(size_t size, size_t alignment, bool nothrow, caller_t caller) {
+  void *p = api_aligned_alloc(alignment, size, caller);
+  return likely(p != NULL) ? p : new_failed(size, alignment, nothrow, caller);
 }
 
 typedef struct nothrow_s nothrow_t; /* std::nothrow_t, passed by reference */
 
 /* plain */
 exported void *_Znwm(size_t size) {
-  return new_fast(size, false);
+  return alloc_fast_then(size, OWN_CALLER, new_generic);
 }
 exported void *_Znam(size_t size) {
-  return new_fast(size, false);
+  return alloc_fast_then(size, OWN_CALLER, new_generic);
 }
 exported void *_ZnwmRKSt9nothrow_t(size_t size, const nothrow_t *tag) {
   (void)tag;
-  return new_fast(size, true);
+  return alloc_fast_then(size, OWN_CALLER, new_generic_nothrow);
 }
 exported void *_ZnamRKSt9nothrow_t(size_t size, const nothrow_t *tag) {
   (void)tag;
-  return new_fast(size, true);
+  return alloc_fast_then(size, OWN_CALLER, new_generic_nothrow);
 }
 exported void _ZdlPv(void *p) {
-  free_fast(p, 0);
+  free_fast(p, 0, OWN_CALLER);
 }
 exported void _ZdaPv(void *p) {
-  free_fast(p, 0);
+  free_fast(p, 0, OWN_CALLER);
 }
 exported void _ZdlPvRKSt9nothrow_t(void *p, const nothrow_t *tag) {
   (void)tag;
-  free_fast(p, 0);
+  free_fast(p, 0, OWN_CALLER);
 }
 exported void _ZdaPvRKSt9nothrow_t(void *p, const nothrow_t *tag) {
   (void)tag;
-  free_fast(p, 0);
+  free_fast(p, 0, OWN_CALLER);
 }
 /* sized */
 exported void _ZdlPvm(void *p, size_t size) {
-  free_fast(p, size);
+  free_fast(p, size, OWN_CALLER);
 }
 exported void _ZdaPvm(void *p, size_t size) {
-  free_fast(p, size);
+  free_fast(p, size, OWN_CALLER);
 }
 /* aligned (std::align_val_t is a size_t) */
 exported void *_ZnwmSt11align_val_t(size_t size, size_t alignment) {
-  return new_aligned(size, alignment, false);
+  return new_aligned(size, alignment, false, CALLER());
 }
 exported void *_ZnamSt11align_val_t(size_t size, size_t alignment) {
-  return new_aligned(size, alignment, false);
+  return new_aligned(size, alignment, false, CALLER());
 }
 exported void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t size, size_t alignment,
                                                   const nothrow_t *tag) {
   (void)tag;
-  return new_aligned(size, alignment, true);
+  return new_aligned(size, alignment, true, CALLER());
 }
 exported void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t size, size_t alignment,
                                                   const nothrow_t *tag) {
   (void)tag;
-  return new_aligned(size, alignment, true);
+  return new_aligned(size, alignment, true, CALLER());
 }
 exported void _ZdlPvSt11align_val_t(void *p, size_t alignment) {
   (void)alignment;
-  free_fast(p, 0);
+  free_fast(p, 0, OWN_CALLER);
 }
 exported void _ZdaPvSt11align_val_t(void *p, size_t alignment) {
   (void)alignment;
-  free_fast(p, 0);
+  free_fast(p, 0, OWN_CALLER);
 }
 exported void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, size_t alignment, const nothrow_t *tag) {
   (void)alignment, (void)tag;
-  free_fast(p, 0);
+  free_fast(p, 0, OWN_CALLER);
 }
 exported void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t alignment, const nothrow_t *tag) {
   (void)alignment, (void)tag;
-  free_fast(p, 0);
+  free_fast(p, 0, OWN_CALLER);
 }
 exported void _ZdlPvmSt11align_val_t(void *p, size_t size, size_t alignment) {
   (void)alignment;
-  free_fast(p, size);
+  free_fast(p, size, OWN_CALLER);
 }
 exported void _ZdaPvmSt11align_val_t(void *p, size_t size, size_t alignment) {
   (void)alignment;
-  free_fast(p, size);
+  free_fast(p, size, OWN_CALLER);
 }

@@ -290,6 +290,7 @@ void *heap_malloc_slow(shoal_heap_t *heap, size_t size) {
     heap = heap_get_or_create();
     if (heap == NULL) return out_of_memory();
   }
+  counter_add(&heap->counters.slow_paths, 1);
   if (size <= MEDIUM_MAX) return heap_malloc_medium(heap, size);
   if (size > PTRDIFF_MAX) return out_of_memory();
   return heap_malloc_large(heap, size, 0);
@@ -379,6 +380,10 @@ void heap_service_abandoned(shoal_heap_t *heap) {
 
 void heap_thread_exit(void *value) {
   shoal_heap_t *heap = value;
+  if (heap != NULL && heap == thread_heap_parked) { /* diagnostics kept it aside */
+    thread_heap_parked = NULL;
+    thread_heap = heap;
+  }
   if (heap == NULL || heap == &heap_empty || heap != thread_heap) return;
   thread_heap = &heap_empty;
   heap_abandon(heap);

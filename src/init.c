@@ -15,18 +15,21 @@ uintptr_t free_key;
 pthread_key_t heap_exit_key;
 static _Atomic(int) init_state;
 
-/* Lock order: arena, then huge; released in reverse. */
+/* Lock order: diagnostics, arena, then huge; released in reverse. */
 static void fork_prepare(void) {
+  diag_fork_prepare();
   arena_fork_prepare();
   huge_fork_prepare();
 }
 static void fork_parent(void) {
   huge_fork_parent();
   arena_fork_parent();
+  diag_fork_parent();
 }
 static void fork_child(void) {
   huge_fork_child();
   arena_fork_child();
+  diag_fork_child();
 }
 
 void process_init(void) {
@@ -39,6 +42,7 @@ void process_init(void) {
   }
   options_init();
   free_key = (uintptr_t)os_random_key();
+  diag_init();
   pthread_key_create(&heap_exit_key, heap_thread_exit);
   atomic_store_explicit(&init_state, INIT_DONE, memory_order_release);
   pthread_atfork(fork_prepare, fork_parent, fork_child);

@@ -40,6 +40,13 @@
 #define exported      __attribute__((visibility("default")))
 #define cache_aligned __attribute__((aligned(64)))
 
+/* The call site of an exported function: its return address. Inlined fast
+ * paths take it as an argument (caller_t) so that it names the program's
+ * code, never shoal's. */
+typedef const void *caller_t;
+#define CALLER()   ((caller_t)__builtin_return_address(0))
+#define OWN_CALLER ((caller_t)0) /* the slow exit reads its own (alloc.h) */
+
 /* ---- geometry ---- */
 #define SEGMENT_SHIFT      22
 #define SEGMENT_SIZE       ((size_t)1 << SEGMENT_SHIFT)
@@ -168,6 +175,7 @@ typedef struct heap_counters_s {
   _Atomic(size_t) freed[COUNTER_SLOTS];
   _Atomic(size_t) outsized_allocated_bytes, outsized_freed_bytes;
   _Atomic(size_t) remote_frees;
+  _Atomic(size_t) slow_paths; /* mallocs that had to look beyond the first page */
 } heap_counters_t;
 
 typedef struct shoal_heap_s {
@@ -209,6 +217,9 @@ void os_futex_wait(_Atomic(int) *address, int expected);
 void os_futex_wake_one(_Atomic(int) *address);
 void os_yield(void);
 void os_write_stderr(const char *text, size_t length);
+void os_write_all(int fd, const char *text, size_t length);
+int os_open_output(const char *path); /* -1 after saying why on stderr */
+void os_close(int fd);
 void os_abort(void) __attribute__((noreturn));
 void os_commit_note(ptrdiff_t bytes); /* + touched, - purged or unmapped */
 size_t os_reserved_bytes(void);
@@ -216,6 +227,14 @@ size_t os_committed_bytes(void);
 size_t os_peak_committed_bytes(void);
 size_t os_purge_count(void);
 size_t os_purged_bytes(void);
+/* A whole file mapped read-only, for reading it without a buffer (the
+ * symboliser reads ELF files so); NULL when it cannot be opened, is empty or
+ * is not a file. Not heap memory: not counted as reserved. errno is kept. */
+const void *os_map_file(const char *path, size_t *size);
+void os_unmap_file(const void *address, size_t size);
+/* The target of a symbolic link (/proc/self/exe), NUL-terminated, truncated
+ * to capacity; its length, 0 when it cannot be read. */
+size_t os_read_link(const char *path, char *out, size_t capacity);
 
 /* ---- lock.c: spin with pause, then yield, then futex; never a fixed sleep ---- */
 typedef struct shoal_lock_s {
@@ -224,11 +243,26 @@ typedef struct shoal_lock_s {
 #define SHOAL_LOCK_INIT                                                                            \
   { 0 }
 void lock_acquire(shoal_lock_t *lock);
+/* The same waiting without the in-hand note, for the diagnostics' many
+ * locks (a fork from a signal handler inside a diagnostic may deadlock). */
+void lock_acquire_plain(shoal_lock_t *lock);
+void lock_release_plain(shoal_lock_t *lock);
+extern _Thread_local size_t lock_waits; /* times this thread found a lock taken */
 bool lock_try_acquire(shoal_lock_t *lock);
 void lock_release(shoal_lock_t *lock);
 bool lock_held_by_me(const shoal_lock_t *lock);
 bool lock_acquire_for_fork(shoal_lock_t *lock);
 void lock_reset(shoal_lock_t *lock); /* in a fork child only */
+
+/* ---- symbols.c: names for code addresses (diagnostics) ----
+ * "function+0xOFF (object)" for a code address, "0xADDR (object+0xOFF)" when
+ * no function covers it (OFF is then what addr2line wants), "0xADDR" outside
+ * every loaded object. Writes at most capacity bytes, always NUL-terminated
+ * when capacity > 0; returns the length written (without the NUL). Never
+ * allocates: safe at exit and while a bad heap is being reported. Takes the
+ * loader's lock (dladdr). Static functions are named from the object's
+ * .symtab when it has one. C++ names stay mangled. */
+size_t symbol_name(const void *address, char *out, size_t capacity);
 
 /* ---- options.c ---- */
 void options_init(void);
@@ -351,10 +385,49 @@ void process_init(void);
 /* ---- alloc.c: errors on frees ---- */
 void report_bad_pointer(const char *function, const void *p, const char *kind);
 
-/* ---- stats.c ---- */
+/* ---- diag.c: the diagnostics that see every call ----
+ * Leak tracking, checked mode and the contention log interpose by keeping
+ * thread_heap at heap_empty, so that every malloc and free leaves the fast
+ * path for the few places that test diag_interposes(); the thread's real
+ * heap waits in thread_heap_parked meanwhile. Off, they cost nothing. */
+extern _Atomic(int) diag_modes;        /* DIAG_* bits, set once at start-up */
+extern _Thread_local bool diag_inside; /* this thread is in diag code */
+extern _Thread_local shoal_heap_t *thread_heap_parked;
+static inline bool diag_interposes(void) {
+  return unlikely(atomic_load_explicit(&diag_modes, memory_order_relaxed) != 0) && !diag_inside;
+}
+/* This thread's heap whether or not the diagnostics put it aside. */
+static inline shoal_heap_t *thread_heap_own(void) {
+  return thread_heap_parked != NULL ? thread_heap_parked : thread_heap;
+}
+void diag_init(void);
+void diag_collect(void); /* shoal_collect(true): checked mode empties its quarantine */
+void diag_fork_prepare(void);
+void diag_fork_parent(void);
+void diag_fork_child(void);
+void *diag_malloc(size_t size, size_t alignment, caller_t caller);
+void diag_free(void *p, size_t size_hint, caller_t caller);
+void *diag_realloc(void *p, size_t size, caller_t caller);
+size_t diag_usable_size(const void *p, const char *function, caller_t caller);
+
+/* ---- stats.c ----
+ * SHOAL_STATISTICS (CMake option, default on) keeps the per-heap counters.
+ * Off, counter_add is empty and the fast paths lose their one add and store;
+ * shoal_stats() then reads the counted figures as 0. */
+#ifndef SHOAL_STATISTICS
+#define SHOAL_STATISTICS 1
+#endif
+
+/* Only the heap's own thread adds, so a relaxed load and store suffice
+ * (no locked instruction); the atomic type lets other threads read it. */
 static inline void counter_add(_Atomic(size_t) *counter, size_t amount) {
+#if SHOAL_STATISTICS
   atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + amount,
                         memory_order_relaxed);
+#else
+  (void)counter;
+  (void)amount;
+#endif
 }
 
 /* Hand out the page's next free block (the page has one): the pop every

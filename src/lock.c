@@ -57,7 +57,10 @@ bool lock_try_acquire(shoal_lock_t *lock) {
   return false;
 }
 
+_Thread_local size_t lock_waits;
+
 static slow_path void lock_wait(shoal_lock_t *lock) {
+  lock_waits++;
   for (int round = 0; round < SPIN_ROUNDS + YIELD_ROUNDS; round++) {
     if (atomic_load_explicit(&lock->word, memory_order_relaxed) == LOCK_FREE && try_take(lock))
       return;
@@ -72,15 +75,23 @@ static slow_path void lock_wait(shoal_lock_t *lock) {
     os_futex_wait(&lock->word, LOCK_CONTENDED);
 }
 
-void lock_acquire(shoal_lock_t *lock) {
-  note_in_hand(lock);
+void lock_acquire_plain(shoal_lock_t *lock) {
   if (likely(try_take(lock))) return;
   lock_wait(lock);
 }
 
-void lock_release(shoal_lock_t *lock) {
+void lock_release_plain(shoal_lock_t *lock) {
   if (atomic_exchange_explicit(&lock->word, LOCK_FREE, memory_order_release) == LOCK_CONTENDED)
     os_futex_wake_one(&lock->word);
+}
+
+void lock_acquire(shoal_lock_t *lock) {
+  note_in_hand(lock);
+  lock_acquire_plain(lock);
+}
+
+void lock_release(shoal_lock_t *lock) {
+  lock_release_plain(lock);
   forget_in_hand(lock);
 }
 

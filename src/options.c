@@ -35,6 +35,12 @@ static const option_descriptor_t descriptors[SHOAL_OPTION_COUNT] = {
     [SHOAL_OPTION_VERBOSE] = {"VERBOSE", 0, OPTION_BOOL, "report shoal's decisions on stderr"},
     [SHOAL_OPTION_REALLOC_GROWTH] = {"REALLOC_GROWTH", 1, OPTION_BOOL,
                                      "give a block realloc must move to grow an eighth more room"},
+    [SHOAL_OPTION_LEAKS_SAMPLE] = {"LEAKS_SAMPLE", 256L << 10, OPTION_BYTES,
+                                   "with SHOAL_LEAKS=1, record the call site of one allocation "
+                                   "per this many bytes allocated (on average)"},
+    [SHOAL_OPTION_CHECK_QUARANTINE] = {"CHECK_QUARANTINE", 16L << 20, OPTION_BYTES,
+                                       "with SHOAL_CHECK=1, bytes of freed blocks kept unusable "
+                                       "to catch late writes and double frees"},
 };
 
 _Atomic(long) option_values[SHOAL_OPTION_COUNT];

@@ -9,6 +9,8 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <string.h>
 #include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
@@ -154,8 +156,12 @@ void os_yield(void) {
 }
 
 void os_write_stderr(const char *text, size_t length) {
+  os_write_all(2, text, length);
+}
+
+void os_write_all(int fd, const char *text, size_t length) {
   while (length > 0) {
-    ssize_t n = write(2, text, length);
+    ssize_t n = write(fd, text, length);
     if (n <= 0) {
       if (n < 0 && errno == EINTR) continue;
       return;
@@ -163,6 +169,18 @@ void os_write_stderr(const char *text, size_t length) {
     text += n;
     length -= (size_t)n;
   }
+}
+
+int os_open_output(const char *path) {
+  int saved_errno = errno;
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) message("cannot write %s: %s", path, strerror(errno));
+  errno = saved_errno;
+  return fd;
+}
+
+void os_close(int fd) {
+  close(fd);
 }
 
 void os_abort(void) {
@@ -183,4 +201,42 @@ size_t os_purge_count(void) {
 }
 size_t os_purged_bytes(void) {
   return atomic_load_explicit(&purged_bytes, memory_order_relaxed);
+}
+
+/* Files for the symboliser (symbols.c): a whole file mapped read-only, so
+ * that reading it needs no buffer from the heap. The mapping is not heap
+ * memory and is not counted as reserved. errno is kept. */
+const void *os_map_file(const char *path, size_t *size) {
+  int saved = errno;
+  void *p = NULL;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    off_t end = lseek(fd, 0, SEEK_END);
+    if (end > 0 && (uintmax_t)end <= SIZE_MAX) {
+      p = mmap(NULL, (size_t)end, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (p == MAP_FAILED)
+        p = NULL;
+      else
+        *size = (size_t)end;
+    }
+    close(fd);
+  }
+  errno = saved;
+  return p;
+}
+
+void os_unmap_file(const void *address, size_t size) {
+  int saved = errno;
+  munmap((void *)(uintptr_t)address, size);
+  errno = saved;
+}
+
+size_t os_read_link(const char *path, char *out, size_t capacity) {
+  if (capacity == 0) return 0;
+  int saved = errno;
+  ssize_t length = readlink(path, out, capacity - 1);
+  errno = saved;
+  if (length < 0) length = 0;
+  out[length] = '\0';
+  return (size_t)length;
 }

@@ -3,7 +3,8 @@
 # `make install PREFIX=...` does), then builds a program against the
 # installed copy twice: with `pkg-config --cflags --libs shoal` and with a
 # CMake project using find_package(shoal) and shoal::shoal. Both programs
-# must run from the installed library and allocate from shoal.
+# must run from the installed library and allocate from shoal. The installed
+# `shoal` command must preload the installed library, from a moved prefix too.
 #
 # usage: install.sh <build dir> <dir of the consumer project>
 set -u
@@ -63,6 +64,39 @@ if cmake -S "$consumer" -B "$scratch/consumer" -DCMAKE_PREFIX_PATH="$prefix" \
 else
   cat "$scratch/configure.log" "$scratch/build.log" 2>/dev/null | tail -n 30
   fail "find_package(shoal) build"
+fi
+
+# The shoal command: installed in bin/, it preloads the installed library
+# (found relative to itself, so a moved prefix works too) and runs programs.
+check_shoal_command() {
+  local root=$1 shoal=$1/bin/shoal preload want
+  want="$(cd "$root/${libdir#"$prefix"/}" && pwd -P)/libshoal.so"
+  if [ ! -x "$shoal" ]; then
+    fail "not installed: bin/shoal"
+    return
+  fi
+  if env -u SHOAL_LIBRARY -u LD_PRELOAD "$shoal" run -- true; then
+    echo "ok   $shoal run -- true"
+  else
+    fail "$shoal run -- true: status $?"
+  fi
+  # shellcheck disable=SC2016 # expanded by the program's shell
+  preload=$(env -u SHOAL_LIBRARY -u LD_PRELOAD "$shoal" run sh -c 'echo "$LD_PRELOAD"')
+  if [ "$preload" = "$want" ]; then
+    echo "ok   $shoal preloads $preload"
+  else
+    fail "$shoal preloads '$preload', not $want"
+  fi
+}
+check_shoal_command "$prefix"
+cp -a "$prefix" "$scratch/moved"
+check_shoal_command "$scratch/moved"
+if output=$(env -u SHOAL_LIBRARY "$prefix/bin/shoal" bench 2>&1); then
+  fail "installed shoal bench runs without a source checkout"
+elif [ "$(echo "$output" | wc -l)" -eq 1 ]; then
+  echo "ok   installed shoal bench: $output"
+else
+  fail "installed shoal bench says more than one line: $output"
 fi
 
 [ "$failed" -eq 0 ] && echo "install: passed"

@@ -1,0 +1,118 @@
+/* diag.h — what the three diagnostics files share: call sites, the table
+ * of tracked blocks, and the entry points of each mode.
+ *
+ *   diag.c   modes, the interposition around the core, call sites, the
+ *            contention log, the report at exit
+ *   leaks.c  the table of tracked blocks and the leak report
+ *   check.c  checked mode: guards, patterns, quarantine, error reports
+ *
+ * Diagnostics code runs with diag_inside set and thread_heap restored, so
+ * whatever it allocates (the unwinder might) goes straight to the core, and
+ * it never holds one of its locks while calling the core or the unwinder. */
+#ifndef SHOAL_DIAG_H
+#define SHOAL_DIAG_H
+
+#include "alloc.h"
+
+enum {
+  DIAG_LEAKS = 1,      /* SHOAL_LEAKS: sampled blocks are tracked */
+  DIAG_LEAKS_ALL = 2,  /* SHOAL_LEAKS=all: every block is tracked */
+  DIAG_CHECK = 4,      /* SHOAL_CHECK: checked mode */
+  DIAG_CONTENTION = 8, /* SHOAL_CONTENTION: the contention log */
+};
+
+static inline int diag_mode(void) {
+  return atomic_load_explicit(&diag_modes, memory_order_relaxed);
+}
+
+/* ---- call sites (diag.c) ---- */
+#define SITE_FRAMES 5
+/* frames[0] is the return address of the exported function that was
+ * called; the rest are its callers when the unwinder could find them. */
+typedef struct site_s {
+  const void *frames[SITE_FRAMES];
+} site_t;
+
+void site_capture(site_t *site, caller_t caller);
+/* "f+0x1c (prog) <- main+0x40 (prog)" into out; returns the length. */
+size_t site_format(const site_t *site, char *out, size_t capacity);
+
+/* A line to stderr (or the report file) longer than message() allows. */
+void diag_write(int fd, const char *format, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- locks ----
+ * Diagnostics code holds at most one of its locks at a time, and notes it
+ * first, so that a fork from a signal handler that interrupted this thread
+ * inside a diagnostic does not wait for the lock the thread itself holds. */
+extern _Thread_local const shoal_lock_t *diag_lock_in_hand;
+
+static inline void diag_lock(shoal_lock_t *lock) {
+  diag_lock_in_hand = lock;
+  atomic_signal_fence(memory_order_seq_cst);
+  lock_acquire_plain(lock);
+}
+
+static inline void diag_unlock(shoal_lock_t *lock) {
+  lock_release_plain(lock);
+  atomic_signal_fence(memory_order_seq_cst);
+  diag_lock_in_hand = NULL;
+}
+
+static inline void diag_lock_for_fork(shoal_lock_t *lock) {
+  if (lock != diag_lock_in_hand) lock_acquire_plain(lock);
+}
+
+static inline void diag_unlock_after_fork(shoal_lock_t *lock) {
+  if (lock != diag_lock_in_hand) lock_release_plain(lock);
+}
+
+/* ---- the table of tracked blocks (leaks.c) ---- */
+typedef enum record_state_e { RECORD_LIVE = 1, RECORD_QUARANTINED = 2 } record_state_t;
+
+typedef struct block_record_s {
+  struct block_record_s *next; /* in its bucket, or the free list */
+  uintptr_t block;             /* the address the program got */
+  size_t size;                 /* the size it asked for */
+  size_t weight;               /* blocks this sampled one stands for */
+  uint8_t state;               /* record_state_t */
+  site_t allocated_at;
+  site_t freed_at; /* checked mode: while quarantined */
+} block_record_t;
+
+typedef struct record_shard_s record_shard_t;
+
+/* Lock the part of the table where `block` lives; every other call below
+ * takes the shard so locked, and nothing else may run meanwhile. */
+record_shard_t *records_lock(uintptr_t block);
+void records_unlock(record_shard_t *shard);
+block_record_t *records_find(record_shard_t *shard, uintptr_t block);
+/* A zeroed record for block (NULL when the OS refuses memory). */
+block_record_t *records_add(record_shard_t *shard, uintptr_t block);
+void records_remove(record_shard_t *shard, block_record_t *record);
+/* Visit every record, one shard locked at a time. */
+void records_for_each(void (*visit)(block_record_t *record, void *context), void *context);
+void records_fork_prepare(void);
+void records_fork_parent(void);
+void records_fork_child(void);
+
+/* Leak tracking: whether to sample an allocation of this size, and the
+ * weight a sample gets. */
+bool leaks_sample(size_t size, size_t *weight);
+void leaks_track(void *block, size_t size, size_t weight, const site_t *site);
+/* Forget a block about to be freed; true when it was tracked. */
+bool leaks_forget(const void *block);
+void leaks_report(void);
+
+/* ---- checked mode (check.c); called inside the diagnostics ---- */
+void check_init(void);
+void *check_malloc(size_t size, size_t alignment, const site_t *site);
+void check_free(void *p, size_t size_hint, const char *function, const site_t *site);
+void *check_realloc(void *p, size_t size, const site_t *site);
+size_t check_usable_size(const void *p, const char *function, const site_t *site);
+/* Let every quarantined block go (checking each), for shoal_collect(true). */
+void check_quarantine_empty(const site_t *site);
+void check_fork_prepare(void);
+void check_fork_parent(void);
+void check_fork_child(void);
+
+#endif /* SHOAL_DIAG_H */

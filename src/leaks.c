@@ -1,0 +1,396 @@
+/* leaks.c — the table of tracked blocks, sampling, and the leak report.
+ *
+ * The table maps a block's address to its record (size, call site; in
+ * checked mode also state and where it was freed). It is split in shards,
+ * each a chained hash table under its own lock, so threads tracking
+ * different blocks rarely meet. Its memory comes from the OS, never from
+ * malloc, so tracking cannot recurse.
+ *
+ * SHOAL_LEAKS=1 samples: on average one allocation per SHOAL_LEAKS_SAMPLE
+ * bytes gets a record (blocks at least that large always do), weighted by
+ * the blocks it stands for. The report's totals come from the core's exact
+ * per-heap counters; its call sites from the samples. SHOAL_LEAKS=all (and
+ * checked mode) track every block and report exact figures throughout. */
+#include "diag.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define SHARD_COUNT      64
+#define RECORD_CHUNK     (64 * 1024)
+#define BUCKETS_AT_FIRST 1024
+#define REPORT_SITES_MAX 40
+#define REPORT_SIZES_MAX 20
+#define OUTSIZED         SIZE_MAX /* by-size row of the large and huge blocks */
+
+struct record_shard_s {
+  shoal_lock_t lock;
+  block_record_t **buckets;
+  size_t bucket_count; /* a power of two, or 0 before the first record */
+  size_t count;
+  block_record_t *spare; /* records to reuse */
+} cache_aligned;
+
+static record_shard_t shards[SHARD_COUNT];
+
+static inline uint64_t block_hash(uintptr_t block) {
+  return (uint64_t)(block >> 4) * 0x9E3779B97F4A7C15u;
+}
+
+record_shard_t *records_lock(uintptr_t block) {
+  record_shard_t *shard = &shards[block_hash(block) >> 58];
+  diag_lock(&shard->lock);
+  return shard;
+}
+
+void records_unlock(record_shard_t *shard) {
+  diag_unlock(&shard->lock);
+}
+
+static inline block_record_t **bucket_of(record_shard_t *shard, uintptr_t block) {
+  return &shard->buckets[block_hash(block) & (shard->bucket_count - 1)];
+}
+
+block_record_t *records_find(record_shard_t *shard, uintptr_t block) {
+  if (shard->count == 0) return NULL;
+  for (block_record_t *record = *bucket_of(shard, block); record != NULL; record = record->next)
+    if (record->block == block) return record;
+  return NULL;
+}
+
+static bool grow_buckets(record_shard_t *shard) {
+  size_t count = shard->bucket_count == 0 ? BUCKETS_AT_FIRST : shard->bucket_count * 2;
+  size_t bytes = count * sizeof(block_record_t *);
+  block_record_t **buckets = os_map_aligned(bytes, os_page_size());
+  if (buckets == NULL) return false;
+  block_record_t **old = shard->buckets;
+  size_t old_count = shard->bucket_count;
+  shard->buckets = buckets;
+  shard->bucket_count = count;
+  for (size_t i = 0; i < old_count; i++) {
+    while (old[i] != NULL) {
+      block_record_t *record = old[i];
+      old[i] = record->next;
+      block_record_t **bucket = bucket_of(shard, record->block);
+      record->next = *bucket;
+      *bucket = record;
+    }
+  }
+  if (old != NULL) os_unmap(old, old_count * sizeof(block_record_t *));
+  return true;
+}
+
+static bool add_spare_records(record_shard_t *shard) {
+  block_record_t *chunk = os_map_aligned(RECORD_CHUNK, os_page_size());
+  if (chunk == NULL) return false;
+  for (size_t i = 0; i < RECORD_CHUNK / sizeof *chunk; i++) {
+    chunk[i].next = shard->spare;
+    shard->spare = &chunk[i];
+  }
+  return true;
+}
+
+block_record_t *records_add(record_shard_t *shard, uintptr_t block) {
+  if (shard->count >= shard->bucket_count && !grow_buckets(shard)) return NULL;
+  if (shard->spare == NULL && !add_spare_records(shard)) return NULL;
+  block_record_t *record = shard->spare;
+  shard->spare = record->next;
+  memset(record, 0, sizeof *record);
+  record->block = block;
+  block_record_t **bucket = bucket_of(shard, block);
+  record->next = *bucket;
+  *bucket = record;
+  shard->count++;
+  return record;
+}
+
+void records_remove(record_shard_t *shard, block_record_t *record) {
+  block_record_t **link = bucket_of(shard, record->block);
+  while (*link != record) link = &(*link)->next;
+  *link = record->next;
+  record->next = shard->spare;
+  shard->spare = record;
+  shard->count--;
+}
+
+void records_for_each(void (*visit)(block_record_t *record, void *context), void *context) {
+  for (size_t s = 0; s < SHARD_COUNT; s++) {
+    record_shard_t *shard = &shards[s];
+    diag_lock(&shard->lock);
+    for (size_t i = 0; i < shard->bucket_count && shard->count != 0; i++)
+      for (block_record_t *record = shard->buckets[i]; record != NULL; record = record->next)
+        visit(record, context);
+    diag_unlock(&shard->lock);
+  }
+}
+
+void records_fork_prepare(void) {
+  for (size_t s = 0; s < SHARD_COUNT; s++) diag_lock_for_fork(&shards[s].lock);
+}
+
+void records_fork_parent(void) {
+  for (size_t s = SHARD_COUNT; s-- > 0;) diag_unlock_after_fork(&shards[s].lock);
+}
+
+void records_fork_child(void) {
+  for (size_t s = 0; s < SHARD_COUNT; s++) lock_reset(&shards[s].lock);
+}
+
+/* ---- sampling ---- */
+
+static _Thread_local size_t bytes_before_sample;
+static _Thread_local uint64_t sample_random;
+
+/* The next gap: uniform in [rate/2, 3*rate/2), so that allocation patterns
+ * with a period cannot hide from the sampler. */
+static size_t next_gap(size_t rate) {
+  if (sample_random == 0) sample_random = (uint64_t)(uintptr_t)&sample_random | 1;
+  sample_random ^= sample_random << 13;
+  sample_random ^= sample_random >> 7;
+  sample_random ^= sample_random << 17;
+  return rate / 2 + (size_t)(sample_random % (rate + 1));
+}
+
+bool leaks_sample(size_t size, size_t *weight) {
+  size_t rate = (size_t)option(SHOAL_OPTION_LEAKS_SAMPLE);
+  *weight = 1;
+  if ((diag_mode() & DIAG_LEAKS_ALL) || rate <= 1 || size >= rate) return true;
+  if (size == 0) size = 1;
+  if (bytes_before_sample == 0) bytes_before_sample = next_gap(rate); /* a thread's first */
+  if (bytes_before_sample > size) {
+    bytes_before_sample -= size;
+    return false;
+  }
+  bytes_before_sample = next_gap(rate);
+  *weight = rate / size;
+  return true;
+}
+
+void leaks_track(void *block, size_t size, size_t weight, const site_t *site) {
+  record_shard_t *shard = records_lock((uintptr_t)block);
+  block_record_t *record = records_find(shard, (uintptr_t)block);
+  if (record == NULL) record = records_add(shard, (uintptr_t)block);
+  if (record != NULL) {
+    record->size = size;
+    record->weight = weight;
+    record->state = RECORD_LIVE;
+    record->allocated_at = *site;
+  }
+  records_unlock(shard);
+}
+
+bool leaks_forget(const void *block) {
+  record_shard_t *shard = records_lock((uintptr_t)block);
+  block_record_t *record = records_find(shard, (uintptr_t)block);
+  if (record != NULL) records_remove(shard, record);
+  records_unlock(shard);
+  return record != NULL;
+}
+
+/* ---- the report ---- */
+
+typedef struct leak_s {
+  site_t site;
+  size_t size;   /* requested bytes, or the block size for a class group */
+  size_t blocks; /* blocks it stands for */
+  size_t bytes;
+} leak_t;
+
+typedef struct leak_list_s {
+  leak_t *items;
+  size_t count, capacity;
+} leak_list_t;
+
+static void collect_live(block_record_t *record, void *context) {
+  leak_list_t *list = context;
+  if (record->state != RECORD_LIVE || list->count == list->capacity) return;
+  leak_t *leak = &list->items[list->count++];
+  leak->site = record->allocated_at;
+  leak->size = record->size;
+  leak->blocks = record->weight;
+  leak->bytes = record->weight * record->size;
+}
+
+static void count_records(block_record_t *record, void *context) {
+  (void)record;
+  ++*(size_t *)context;
+}
+
+/* Grouped by the call that allocated; the callers shown are those of the
+ * first block of the group. */
+static int by_site(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t)((const leak_t *)a)->site.frames[0];
+  uintptr_t y = (uintptr_t)((const leak_t *)b)->site.frames[0];
+  return x < y ? -1 : x > y;
+}
+
+static int by_size(const void *a, const void *b) {
+  size_t x = ((const leak_t *)a)->size, y = ((const leak_t *)b)->size;
+  return x < y ? -1 : x > y;
+}
+
+static int by_bytes_descending(const void *a, const void *b) {
+  const leak_t *x = a, *y = b;
+  if (x->bytes != y->bytes) return x->bytes > y->bytes ? -1 : 1;
+  return x->blocks > y->blocks ? -1 : x->blocks < y->blocks;
+}
+
+/* Merge neighbours that compare equal (the list is sorted by `same`). */
+static size_t merge_runs(leak_t *items, size_t count, int (*same)(const void *, const void *)) {
+  size_t out = 0;
+  for (size_t i = 0; i < count; i++) {
+    if (out > 0 && same(&items[out - 1], &items[i]) == 0) {
+      items[out - 1].blocks += items[i].blocks;
+      items[out - 1].bytes += items[i].bytes;
+    } else {
+      items[out++] = items[i];
+    }
+  }
+  return out;
+}
+
+static void write_sites(int fd, leak_t *items, size_t count, bool estimated) {
+  qsort(items, count, sizeof *items, by_site);
+  count = merge_runs(items, count, by_site);
+  qsort(items, count, sizeof *items, by_bytes_descending);
+  diag_write(fd, "%12s %9s  allocated at", estimated ? "~bytes" : "bytes",
+             estimated ? "~blocks" : "blocks");
+  char site[1536];
+  size_t shown = count < REPORT_SITES_MAX ? count : REPORT_SITES_MAX;
+  for (size_t i = 0; i < shown; i++) {
+    site_format(&items[i].site, site, sizeof site);
+    diag_write(fd, "%12zu %9zu  %s", items[i].bytes, items[i].blocks, site);
+  }
+  if (count > shown) {
+    size_t blocks = 0, bytes = 0;
+    for (size_t i = shown; i < count; i++) blocks += items[i].blocks, bytes += items[i].bytes;
+    diag_write(fd, "%12zu %9zu  (%zu more call sites)", bytes, blocks, count - shown);
+  }
+}
+
+static void write_sizes(int fd, leak_t *items, size_t count, const char *size_title) {
+  qsort(items, count, sizeof *items, by_size);
+  count = merge_runs(items, count, by_size);
+  qsort(items, count, sizeof *items, by_bytes_descending);
+  diag_write(fd, "%12s %9s  %s", "bytes", "blocks", size_title);
+  size_t shown = count < REPORT_SIZES_MAX ? count : REPORT_SIZES_MAX;
+  for (size_t i = 0; i < shown; i++) {
+    if (items[i].size == OUTSIZED)
+      diag_write(fd, "%12zu %9zu  over %d KiB", items[i].bytes, items[i].blocks, MEDIUM_MAX >> 10);
+    else
+      diag_write(fd, "%12zu %9zu  %zu", items[i].bytes, items[i].blocks, items[i].size);
+  }
+  if (count > shown) diag_write(fd, "%12s %9s  (%zu more sizes)", "", "", count - shown);
+}
+
+/* Blocks the C or C++ runtime or the loader allocated for themselves (a
+ * thread's TLS, libstdc++'s emergency exception pool) and keep to the end:
+ * not the program's leaks. */
+static bool from_c_runtime(const site_t *site) {
+  char name[512];
+  symbol_name((const uint8_t *)site->frames[0] - 1, name, sizeof name);
+  return strstr(name, "(libc.so") != NULL || strstr(name, "(ld-linux") != NULL ||
+         strstr(name, "(libstdc++.so") != NULL;
+}
+
+/* Move the C runtime's blocks to the end; returns how many are the program's. */
+static size_t set_runtime_apart(leak_t *items, size_t count, size_t *blocks, size_t *bytes) {
+  size_t kept = 0;
+  *blocks = *bytes = 0;
+  for (size_t i = 0; i < count; i++) {
+    if (from_c_runtime(&items[i].site)) {
+      *blocks += items[i].blocks;
+      *bytes += items[i].bytes;
+      continue;
+    }
+    leak_t program = items[i];
+    items[i] = items[kept];
+    items[kept++] = program;
+  }
+  return kept;
+}
+
+/* Sampled mode: the exact live blocks of each size class, summed from the
+ * core's counters, stand in for the by-size table. */
+static size_t class_leaks(leak_t *items, size_t *blocks, size_t *bytes) {
+  static shoal_stats_t stats; /* at exit, once */
+  shoal_stats_get(&stats);
+  size_t used = 0;
+  for (size_t i = 0; i < SHOAL_STATS_SIZE_CLASSES; i++) {
+    if (stats.classes[i].live == 0) continue;
+    memset(&items[used], 0, sizeof items[used]);
+    items[used].size = stats.classes[i].block_size;
+    items[used].blocks = stats.classes[i].live;
+    items[used].bytes = stats.classes[i].live * stats.classes[i].block_size;
+    used++;
+  }
+  if (stats.large.live + stats.huge.live != 0) { /* sizes vary: one row for all */
+    memset(&items[used], 0, sizeof items[used]);
+    items[used].size = OUTSIZED;
+    items[used].blocks = stats.large.live + stats.huge.live;
+    items[used].bytes = stats.outsized_live_bytes;
+    used++;
+  }
+  *blocks = stats.live_blocks;
+  *bytes = stats.live_bytes;
+  return used;
+}
+
+void leaks_report(void) {
+  bool exact = (diag_mode() & (DIAG_LEAKS_ALL | DIAG_CHECK)) != 0;
+  size_t records = 0;
+  records_for_each(count_records, &records);
+  leak_list_t list = {NULL, 0, records + 1};
+  size_t capacity = 2 * (records + 1) + SHOAL_STATS_SIZE_CLASSES + 1;
+  size_t map_bytes = (capacity * sizeof(leak_t) + os_page_size() - 1) & ~(os_page_size() - 1);
+  list.items = os_map_aligned(map_bytes, os_page_size());
+  if (list.items == NULL) {
+    message("leak report: out of memory");
+    return;
+  }
+  records_for_each(collect_live, &list);
+
+  const char *path = getenv("SHOAL_LEAKS_FILE");
+  int fd = path != NULL && *path != '\0' ? os_open_output(path) : 2;
+  if (fd < 0) fd = 2;
+
+  size_t blocks = 0, bytes = 0, runtime_blocks = 0, runtime_bytes = 0;
+  leak_t *by_class = list.items + list.count; /* sizes: apart, the site table merges in place */
+  size_t classes = 0;
+  if (exact) {
+    list.count = set_runtime_apart(list.items, list.count, &runtime_blocks, &runtime_bytes);
+    for (size_t i = 0; i < list.count; i++)
+      blocks += list.items[i].blocks, bytes += list.items[i].bytes;
+  } else {
+    classes = class_leaks(by_class, &blocks, &bytes);
+  }
+  if (blocks == 0) {
+    diag_write(fd, "shoal: leak report: no leaks, every block was freed");
+  } else if (exact) {
+    diag_write(fd, "shoal: leak report: %zu block%s (%zu bytes) still allocated at exit", blocks,
+               blocks == 1 ? "" : "s", bytes);
+    memcpy(by_class, list.items, list.count * sizeof *by_class);
+    write_sites(fd, list.items, list.count, false);
+    write_sizes(fd, by_class, list.count, "size");
+  } else {
+    diag_write(fd,
+               "shoal: leak report: %zu block%s (%zu bytes of blocks) still allocated at exit; "
+               "call sites from sampled allocations (SHOAL_LEAKS=all for all)",
+               blocks, blocks == 1 ? "" : "s", bytes);
+    if (list.count > 0)
+      write_sites(fd, list.items, list.count, true);
+    else
+      diag_write(fd, "  (no sampled allocation is among them)");
+    write_sizes(fd, by_class, classes, "block size");
+  }
+  if (runtime_blocks != 0)
+    diag_write(fd,
+               "shoal: leak report: not counted: %zu block%s (%zu bytes) the C/C++ runtime keeps "
+               "for itself",
+               runtime_blocks, runtime_blocks == 1 ? "" : "s", runtime_bytes);
+  if (fd != 2) {
+    os_close(fd);
+    diag_write(2, "shoal: leak report: %zu blocks, %zu bytes; written to %s", blocks, bytes, path);
+  }
+  os_unmap(list.items, map_bytes);
+}
