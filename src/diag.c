@@ -11,6 +11,7 @@
  * usual and whatever the unwinder allocates goes straight to it. */
 #define _GNU_SOURCE
 #include "diag.h"
+#include "trace_format.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -239,6 +240,9 @@ void *diag_malloc(size_t size, size_t alignment, caller_t caller) {
     p = core_malloc(size, alignment, caller);
     if (p != NULL && track) leaks_track(p, size, weight, &site);
   }
+  if ((modes & DIAG_TRACE) && p != NULL)
+    trace_note(alignment != 0 ? SHOAL_TRACE_ALIGNED : SHOAL_TRACE_MALLOC, p, p, size, alignment,
+               trace_next_sequence());
   if (modes & DIAG_CONTENTION) contention_after(&probe, caller);
   core_leave();
   return p;
@@ -259,6 +263,7 @@ static void diag_release(void *p, size_t size_hint, const char *function, caller
   contention_probe(&probe);
   if ((modes & DIAG_CONTENTION) && owned_elsewhere(p))
     contention_note(EVENT_REMOTE_FREE, caller, 1);
+  if (modes & DIAG_TRACE) trace_note(SHOAL_TRACE_FREE, p, NULL, 0, 0, trace_next_sequence());
   if (modes & DIAG_CHECK) {
     site_t site;
     site_capture(&site, caller);
@@ -285,6 +290,7 @@ void *diag_realloc(void *p, size_t size, caller_t caller) {
   core_enter();
   contention_probe_t probe;
   contention_probe(&probe);
+  uint64_t sequence = (modes & DIAG_TRACE) ? trace_next_sequence() : 0; /* before p is freed */
   site_t site;
   void *fresh;
   if (modes & DIAG_CHECK) {
@@ -299,6 +305,7 @@ void *diag_realloc(void *p, size_t size, caller_t caller) {
     if (track && (fresh != NULL || tracked))
       leaks_track(fresh != NULL ? fresh : p, size, weight == 0 ? 1 : weight, &site);
   }
+  if (modes & DIAG_TRACE) trace_note(SHOAL_TRACE_REALLOC, p, fresh, size, 0, sequence);
   if (modes & DIAG_CONTENTION) contention_after(&probe, caller);
   core_leave();
   return fresh;
@@ -341,11 +348,14 @@ void diag_init(void) {
   if (env_is_on("SHOAL_CHECK", getenv("SHOAL_CHECK"))) modes |= DIAG_CHECK;
   contention_path = getenv("SHOAL_CONTENTION");
   if (contention_path != NULL && *contention_path != '\0') modes |= DIAG_CONTENTION;
+  const char *trace_path = getenv("SHOAL_TRACE");
+  if (trace_path != NULL && *trace_path != '\0' && trace_init(trace_path)) modes |= DIAG_TRACE;
   if (modes & DIAG_CHECK) check_init();
   atomic_store_explicit(&diag_modes, modes, memory_order_release);
   if (modes != 0)
-    verbose("diagnostics on:%s%s%s", (modes & DIAG_LEAKS) ? " leaks" : "",
-            (modes & DIAG_CHECK) ? " check" : "", (modes & DIAG_CONTENTION) ? " contention" : "");
+    verbose("diagnostics on:%s%s%s%s", (modes & DIAG_LEAKS) ? " leaks" : "",
+            (modes & DIAG_CHECK) ? " check" : "", (modes & DIAG_CONTENTION) ? " contention" : "",
+            (modes & DIAG_TRACE) ? " trace" : "");
 }
 
 void diag_collect(void) {
@@ -373,6 +383,11 @@ void diag_fork_child(void) {
   if (diag_mode() == 0) return;
   records_fork_child();
   check_fork_child();
+  if (diag_mode() & DIAG_TRACE) trace_fork_child();
+}
+
+void diag_thread_exit(void) {
+  if (diag_mode() & DIAG_TRACE) trace_thread_exit();
 }
 
 /* After the program's own destructors (a preloaded library is finalised
@@ -382,6 +397,7 @@ __attribute__((destructor(101))) static void diag_at_exit(void) {
   int modes = diag_mode();
   if (modes == 0) return;
   core_enter();
+  if (modes & DIAG_TRACE) trace_flush_all();
   if (modes & DIAG_LEAKS) leaks_report();
   if (modes & DIAG_CONTENTION) contention_report();
   core_leave();

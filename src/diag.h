@@ -19,6 +19,7 @@ enum {
   DIAG_LEAKS_ALL = 2,  /* SHOAL_LEAKS=all: every block is tracked */
   DIAG_CHECK = 4,      /* SHOAL_CHECK: checked mode */
   DIAG_CONTENTION = 8, /* SHOAL_CONTENTION: the contention log */
+  DIAG_TRACE = 16,     /* SHOAL_TRACE: every call recorded (trace.c) */
 };
 
 static inline int diag_mode(void) {
@@ -102,6 +103,15 @@ void leaks_track(void *block, size_t size, size_t weight, const site_t *site);
 /* Forget a block about to be freed; true when it was tracked. */
 bool leaks_forget(const void *block);
 void leaks_report(void);
+
+/* ---- the allocation trace (trace.c; format in trace_format.h) ---- */
+bool trace_init(const char *path);
+uint64_t trace_next_sequence(void);
+void trace_note(int op, const void *block, const void *result, size_t size, size_t alignment,
+                uint64_t sequence);
+void trace_thread_exit(void);
+void trace_flush_all(void);
+void trace_fork_child(void);
 
 /* ---- checked mode (check.c); called inside the diagnostics ---- */
 void check_init(void);

@@ -379,6 +379,7 @@ void heap_service_abandoned(shoal_heap_t *heap) {
 }
 
 void heap_thread_exit(void *value) {
+  diag_thread_exit();
   shoal_heap_t *heap = value;
   if (heap != NULL && heap == thread_heap_parked) { /* diagnostics kept it aside */
     thread_heap_parked = NULL;

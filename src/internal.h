@@ -405,6 +405,7 @@ void diag_collect(void); /* shoal_collect(true): checked mode empties its quaran
 void diag_fork_prepare(void);
 void diag_fork_parent(void);
 void diag_fork_child(void);
+void diag_thread_exit(void); /* from the thread-exit hook, before the heap goes */
 void *diag_malloc(size_t size, size_t alignment, caller_t caller);
 void diag_free(void *p, size_t size_hint, caller_t caller);
 void *diag_realloc(void *p, size_t size, caller_t caller);

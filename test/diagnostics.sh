@@ -70,8 +70,14 @@ expect "$work/err" "^shoal: contention: [0-9]+ events at [0-9]+ call sites; log 
 expect "$work/err" '^shoal:   [0-9]+ remote frees at consume_item\+' "stderr: top site"
 [ "$(grep -c '^shoal:   ' "$work/err")" -le 3 ] || fail "stderr: more than three sites"
 
+# The trace records every call, in order, with its thread.
+SHOAL_TRACE="$work/trace.%p" "$contention_program" 2>"$work/err"
+traces=("$work"/trace.*)
+[ "${#traces[@]}" -eq 1 ] || fail "trace: expected one file per process, got ${traces[*]}"
+python3 "$(dirname "$0")/trace_check.py" "${traces[0]}" >"$work/out" 2>&1 || { fail "trace:"; cat "$work/out"; }
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)"
   exit 1
 fi
-echo "diagnostics: leak report and contention log as expected"
+echo "diagnostics: leak report, contention log and trace as expected"

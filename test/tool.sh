@@ -73,8 +73,8 @@ for expected in SHOAL_STATS=1 SHOAL_LEAKS=1 "SHOAL_LEAKS_FILE=$scratch/leaks fil
     fail "environment lacks $expected (status $status): $(grep '^SHOAL_' "$scratch/out" | tr '\n' ' ')"
   fi
 done
-run_shoal run --stats=json --leaks=all --leaks-file=x --contention=y -- env
-for expected in SHOAL_STATS=json SHOAL_LEAKS=all SHOAL_LEAKS_FILE=x SHOAL_CONTENTION=y; do
+run_shoal run --stats=json --leaks=all --leaks-file=x --contention=y --trace=z -- env
+for expected in SHOAL_STATS=json SHOAL_LEAKS=all SHOAL_LEAKS_FILE=x SHOAL_CONTENTION=y SHOAL_TRACE=z; do
   if grep -qxF "$expected" "$scratch/out"; then
     ok "environment has $expected"
   else
@@ -163,13 +163,13 @@ cp "$scratch/out" "$scratch/help"
 run_shoal run --help
 cp "$scratch/out" "$scratch/help-run"
 [ "$status" -eq 0 ] || fail "shoal run --help: status $status"
-for word in run bench version help --stats '--stats[=json]' '--leaks[=all]' --leaks-file --check --contention \
+for word in run bench version help --stats '--stats[=json]' '--leaks[=all]' --leaks-file --check --contention --trace SHOAL_TRACE \
   --verbose --option --help SHOAL_STATS SHOAL_LEAKS SHOAL_LEAKS_FILE SHOAL_LEAKS_SAMPLE SHOAL_CHECK \
   SHOAL_CHECK_QUARANTINE SHOAL_CONTENTION SHOAL_PURGE_DELAY SHOAL_PURGE_LIMIT SHOAL_HUGE_CACHE \
   SHOAL_ABORT_ON_ERROR SHOAL_VERBOSE SHOAL_REALLOC_GROWTH SHOAL_LIBRARY; do
   grep -qF -- "$word" "$scratch/help" || fail "shoal --help does not mention $word"
 done
-for word in '--stats[=json]' '--leaks[=all]' --leaks-file --check --contention --verbose --option --help \
+for word in '--stats[=json]' '--leaks[=all]' --leaks-file --check --contention --trace --verbose --option --help \
   PURGE_DELAY PURGE_LIMIT HUGE_CACHE ABORT_ON_ERROR VERBOSE REALLOC_GROWTH LEAKS_SAMPLE CHECK_QUARANTINE; do
   grep -qF -- "$word" "$scratch/help-run" || fail "shoal run --help does not mention $word"
 done
