@@ -106,7 +106,10 @@ void diag_write(int fd, const char *format, ...) {
   size_t length = n < 0 ? 0 : (size_t)n;
   if (length > sizeof line - 2) length = sizeof line - 2;
   line[length++] = '\n';
-  os_write_all(fd, line, length);
+  if (fd == 2)
+    os_write_stderr(line, length); /* the kept copy, if the program closed its own */
+  else
+    os_write_all(fd, line, length);
 }
 
 /* ---- the contention log ----
@@ -351,6 +354,7 @@ void diag_init(void) {
   const char *trace_path = getenv("SHOAL_TRACE");
   if (trace_path != NULL && *trace_path != '\0' && trace_init(trace_path)) modes |= DIAG_TRACE;
   if (modes & DIAG_CHECK) check_init();
+  if (modes != 0) os_keep_stderr();
   atomic_store_explicit(&diag_modes, modes, memory_order_release);
   if (modes != 0)
     verbose("diagnostics on:%s%s%s%s", (modes & DIAG_LEAKS) ? " leaks" : "",

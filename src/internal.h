@@ -217,6 +217,7 @@ void os_futex_wait(_Atomic(int) *address, int expected);
 void os_futex_wake_one(_Atomic(int) *address);
 void os_yield(void);
 void os_write_stderr(const char *text, size_t length);
+void os_keep_stderr(void); /* a copy of fd 2 for the reports at exit */
 void os_write_all(int fd, const char *text, size_t length);
 int os_open_output(const char *path); /* -1 after saying why on stderr */
 void os_close(int fd);

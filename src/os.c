@@ -155,8 +155,21 @@ void os_yield(void) {
   sched_yield();
 }
 
+/* Where shoal's lines go: stderr, or the copy os_keep_stderr made. */
+static _Atomic(int) stderr_fd = 2;
+
+/* Reports written at exit must reach the stderr the program started with,
+ * also when it closed its own before exiting (ls, grep and awk do). */
+void os_keep_stderr(void) {
+  if (atomic_load_explicit(&stderr_fd, memory_order_relaxed) != 2) return;
+  int saved_errno = errno;
+  int copy = fcntl(2, F_DUPFD_CLOEXEC, 64);
+  if (copy >= 0) atomic_store_explicit(&stderr_fd, copy, memory_order_relaxed);
+  errno = saved_errno;
+}
+
 void os_write_stderr(const char *text, size_t length) {
-  os_write_all(2, text, length);
+  os_write_all(atomic_load_explicit(&stderr_fd, memory_order_relaxed), text, length);
 }
 
 void os_write_all(int fd, const char *text, size_t length) {

@@ -293,6 +293,7 @@ static report_format_t report_format_read(void) {
  * a program's own setenv later changes nothing. */
 __attribute__((constructor)) static void stats_report_init(void) {
   report_format = report_format_read();
+  if (report_format != REPORT_NONE) os_keep_stderr();
 }
 
 __attribute__((destructor)) static void stats_report_at_exit(void) {

@@ -36,6 +36,10 @@ for mode in all check; do
   refuse "$work/err" 'allocate_for_other|free_for_other|^ +(200|300|3200) ' "$mode: freed blocks"
 done
 
+# The report reaches the stderr the program started with, even closed.
+SHOAL_LEAKS=all "$leaks_program" close-stderr 2>"$work/err"
+expect "$work/err" '^shoal: leak report: 3 blocks \(4224 bytes\) still allocated at exit$' "stderr closed: summary"
+
 # To a file: the report there, one line on stderr.
 SHOAL_LEAKS=all SHOAL_LEAKS_FILE="$work/leaks.txt" "$leaks_program" 2>"$work/err"
 expect "$work/leaks.txt" '^shoal: leak report: 3 blocks \(4224 bytes\)' "file: summary"
