@@ -105,6 +105,11 @@ function ShoalStats: TShoalStats;
 procedure ShoalCollect(Force: Boolean);
 { True when p lies in memory shoal manages. }
 function ShoalOwns(p: Pointer): Boolean;
+{ Checked mode (SHOAL_CHECK=1): verify every block's guard bytes and every
+  freed block's fill now; each fault is reported on stderr (then abort,
+  unless SHOAL_ABORT_ON_ERROR=0). Returns the faults found; 0 outside
+  checked mode. }
+function ShoalCheckHeap: PtrUInt;
 function ShoalOptionGet(Option: TShoalOption): PtrInt;
 procedure ShoalOptionSet(Option: TShoalOption; Value: PtrInt);
 { The manager that was in force before ShoalMM (it still owns the blocks it
@@ -131,6 +136,7 @@ function shoal_malloc_usable_size(p: Pointer): PtrUInt; cdecl; external name 'sh
 function shoal_owns(p: Pointer): Boolean; cdecl; external name 'shoal_owns';
 function shoal_block_size(p: Pointer): PtrUInt; cdecl; external name 'shoal_block_size';
 procedure shoal_collect(force: Boolean); cdecl; external name 'shoal_collect';
+function shoal_check_heap: PtrUInt; cdecl; external name 'shoal_check_heap';
 procedure shoal_stats_get(out stats: TShoalStats); cdecl; external name 'shoal_stats_get';
 function shoal_option_get(option: LongInt): PtrInt; cdecl; external name 'shoal_option_get';
 procedure shoal_option_set(option: LongInt; value: PtrInt); cdecl; external name 'shoal_option_set';
@@ -339,6 +345,11 @@ end;
 procedure ShoalCollect(Force: Boolean);
 begin
   shoal_collect(Force);
+end;
+
+function ShoalCheckHeap: PtrUInt;
+begin
+  Result := shoal_check_heap;
 end;
 
 function ShoalOwns(p: Pointer): Boolean;
