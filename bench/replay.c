@@ -4,18 +4,19 @@
  * (SHOAL_TRACE=path; the format is src/trace_format.h, the committed traces
  * and how each was made are in bench/traces/README.md).
  *
- *   usage: replay [SIZE] [--threads 1] TRACE
- *     SIZE         tiny | quick | full, or a count of rounds (default 1);
- *                  each round replays the whole trace and then frees what
- *                  the trace left live
- *     --threads 1  every call in one thread, in the order the program made
- *                  them
- *     (default)    one replay thread per traced thread, each making its own
- *                  calls in order; a call on a block another thread
- *                  allocated waits until that allocation has been replayed,
- *                  so cross-thread frees stay cross-thread
- *     TRACE        the trace, plain or gzip-compressed (a name ending in .gz
- *                  is read through `gzip -dc`)
+ *   usage: replay [SIZE [THREADS]] [--threads N] TRACE
+ *     SIZE     tiny: the trace once; quick, full: as many rounds as it takes
+ *              to replay 10 M, 50 M ops (MIN_OPS); a number: that many
+ *              rounds. Each round replays the whole trace, then frees what
+ *              the trace left live.
+ *     THREADS  1: every call in one thread, in the order the program made
+ *              them. The trace's own thread count (the default): one replay
+ *              thread per traced thread, each making its own calls in
+ *              order; a call on a block another thread allocated waits
+ *              (spins, then yields) until that allocation has been replayed,
+ *              so cross-thread frees stay cross-thread.
+ *     TRACE    plain, or gzip-compressed when the name ends in .gz (read
+ *              through `gzip -dc` while loading)
  *
  * Loading (untimed): the records are read, sorted by sequence and turned
  * into ops on dense block ids. An address is reused once freed, so each
@@ -43,8 +44,11 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
-static const long ROUNDS[3] = {1, 3, 10};
+/* Ops replayed in all for SIZE tiny, quick, full: the trace is replayed in
+ * as many rounds as it takes (tiny: once). */
+static const long MIN_OPS[3] = {0, 10000000, 50000000};
 
 #define NO_BLOCK     UINT32_MAX
 #define MAX_THREADS  4096
@@ -53,10 +57,10 @@ static const long ROUNDS[3] = {1, 3, 10};
 
 typedef enum op_kind_e { OP_MALLOC, OP_ALIGNED, OP_REALLOC, OP_FREE } op_kind_t;
 
-/* One call to replay. old_id: the block freed or reallocated (NO_BLOCK for
- * free(NULL)); new_id: the block allocated (NO_BLOCK for a free). */
+/* One call to replay, 12 bytes. old_id: the block freed or reallocated
+ * (NO_BLOCK for free(NULL)); new_id: the block allocated (NO_BLOCK for a
+ * free), whose size is block_sizes[new_id]. */
 typedef struct op_s {
-  uint64_t size;
   uint32_t old_id;
   uint32_t new_id;
   uint16_t thread; /* dense replay thread, 0.. */
@@ -69,10 +73,10 @@ typedef struct trace_s {
   op_t *ops;
   size_t op_count;
   uint32_t block_count;
-  uint64_t *block_sizes;    /* by id: bytes asked for */
-  uint32_t *live_end;       /* ids the trace never frees */
+  uint64_t *block_sizes; /* by id: bytes asked for */
+  uint32_t *live_end;    /* ids the trace never frees */
   size_t live_end_count;
-  size_t thread_count;      /* traced threads that made a replayed call */
+  size_t thread_count;                  /* traced threads that made a replayed call */
   size_t thread_first[MAX_THREADS + 1]; /* grouped: thread t's ops from here */
   size_t skipped, adopted, cross, records;
 } trace_t;
@@ -103,7 +107,7 @@ static bool ends_with(const char *s, const char *suffix) {
 
 static FILE *trace_open(const char *path, bool *piped) {
   *piped = ends_with(path, ".gz");
-  if (!*piped) return fopen(path, "rb");
+  if (!*piped || access(path, R_OK) != 0) return fopen(path, "rb");
   char command[4200] = "gzip -dc -- '"; /* the name quoted for sh: ' as '\'' */
   size_t n = strlen(command);
   for (const char *c = path; *c != '\0'; c++) {
@@ -229,7 +233,7 @@ static void address_remove(address_map_t *m, size_t hole) {
 typedef struct loader_s {
   trace_t *trace;
   address_map_t map;
-  uint16_t *block_owner;   /* by id: the thread that allocated it */
+  uint32_t *block_owner;   /* by id: the traced thread that allocated it */
   uint8_t *block_consumed; /* by id: freed or reallocated by some op */
   int32_t *thread_index;   /* trace thread number -> dense index, or -1 */
   uint32_t thread_limit;
@@ -246,7 +250,7 @@ static uint16_t loader_thread(loader_t *l, uint32_t traced, const char *path) {
 }
 
 /* The live id at `address` (removed from the map), or NO_BLOCK. */
-static uint32_t loader_take(loader_t *l, uint64_t address, uint16_t thread) {
+static uint32_t loader_take(loader_t *l, uint64_t address, uint32_t thread) {
   size_t slot = address_find(&l->map, address);
   if (l->map.keys[slot] == 0) return NO_BLOCK;
   uint32_t id = l->map.ids[slot];
@@ -258,7 +262,7 @@ static uint32_t loader_take(loader_t *l, uint64_t address, uint16_t thread) {
 
 /* A new id for the block at `address`; a stale id left there (a free the
  * trace missed) stays live to the end. */
-static uint32_t loader_give(loader_t *l, uint64_t address, uint64_t size, uint16_t thread) {
+static uint32_t loader_give(loader_t *l, uint64_t address, uint64_t size, uint32_t thread) {
   trace_t *t = l->trace;
   uint32_t id = t->block_count++;
   size_t slot = address_find(&l->map, address);
@@ -277,13 +281,14 @@ static void trace_load(trace_t *t, const char *path) {
   uint32_t max_thread = 0;
   for (size_t i = 0; i < count; i++)
     if (sorted[i].thread > max_thread) max_thread = sorted[i].thread;
+  if (max_thread >= (1u << 24)) bench_fail("%s: thread number %u out of range", path, max_thread);
   size_t map_size = 2;
   while (map_size < 2 * count) map_size *= 2;
   loader_t l = {.trace = t,
                 .map = {.keys = map_array(map_size, sizeof(uint64_t)),
                         .ids = map_array(map_size, sizeof(uint32_t)),
                         .mask = map_size - 1},
-                .block_owner = map_array(count, sizeof(uint16_t)),
+                .block_owner = map_array(count, sizeof(uint32_t)),
                 .block_consumed = map_array(count, 1),
                 .thread_index = map_array((size_t)max_thread + 1, sizeof(int32_t)),
                 .thread_limit = max_thread + 1};
@@ -295,8 +300,8 @@ static void trace_load(trace_t *t, const char *path) {
     const shoal_trace_record_t *r = &sorted[i];
     if (i > 0 && r->sequence == sorted[i - 1].sequence)
       bench_fail("%s: sequence %llu appears twice", path, (unsigned long long)r->sequence);
-    uint16_t thread = loader_thread(&l, r->thread, path);
-    op_t op = {.size = r->size, .old_id = NO_BLOCK, .new_id = NO_BLOCK, .thread = thread};
+    uint32_t thread = r->thread;
+    op_t op = {.old_id = NO_BLOCK, .new_id = NO_BLOCK};
     switch (r->op) {
     case SHOAL_TRACE_MALLOC:
     case SHOAL_TRACE_ALIGNED:
@@ -327,13 +332,15 @@ static void trace_load(trace_t *t, const char *path) {
           t->adopted++;
         }
       }
-      if (r->result == 0) op.kind = OP_FREE; /* realloc(p, 0) freed p */
-      else op.new_id = loader_give(&l, r->result, r->size, thread);
+      if (r->result == 0)
+        op.kind = OP_FREE; /* realloc(p, 0) freed p */
+      else
+        op.new_id = loader_give(&l, r->result, r->size, thread);
       break;
     default:
-      bench_fail("%s: record %llu has unknown op %u", path, (unsigned long long)r->sequence,
-                 r->op);
+      bench_fail("%s: record %llu has unknown op %u", path, (unsigned long long)r->sequence, r->op);
     }
+    op.thread = loader_thread(&l, thread, path);
     t->ops[t->op_count++] = op;
     continue;
   skip:
@@ -345,7 +352,7 @@ static void trace_load(trace_t *t, const char *path) {
     if (!l.block_consumed[id]) t->live_end[t->live_end_count++] = id;
   unmap_array(l.map.keys, map_size, sizeof(uint64_t));
   unmap_array(l.map.ids, map_size, sizeof(uint32_t));
-  unmap_array(l.block_owner, count, sizeof(uint16_t));
+  unmap_array(l.block_owner, count, sizeof(uint32_t));
   unmap_array(l.block_consumed, count, 1);
   unmap_array(l.thread_index, (size_t)max_thread + 1, sizeof(int32_t));
 }
@@ -379,8 +386,10 @@ static void *block_wait(uint32_t id) {
   for (int spins = 0;; spins++) {
     void *p = atomic_load_explicit(&block_ptrs[id], memory_order_acquire);
     if (p != NULL) return p;
-    if (spins < SPINS_BEFORE) cpu_pause();
-    else sched_yield();
+    if (spins < SPINS_BEFORE)
+      cpu_pause();
+    else
+      sched_yield();
   }
 }
 
@@ -410,27 +419,24 @@ static void op_run(const op_t *op) {
     uint64_t n = block_sizes[op->old_id];
     block_verify(old, n - 1, n, op->old_id, op->kind == OP_FREE ? "free" : "realloc");
   }
-  switch ((op_kind_t)op->kind) {
-  case OP_MALLOC:
-    p = malloc(op->size);
-    break;
-  case OP_ALIGNED:
-    if (op->alignment_log2 <= 3) p = malloc(op->size);
-    else if (posix_memalign((void **)&p, (size_t)1 << op->alignment_log2, op->size) != 0) p = NULL;
-    break;
-  case OP_REALLOC:
-    p = realloc(old, op->size);
-    if (p != NULL && old != NULL) {
-      uint64_t n = block_sizes[op->old_id];
-      block_verify(p, n - 1, n < op->size ? n : op->size, op->old_id, "realloc");
-    }
-    break;
-  case OP_FREE:
+  if (op->kind == OP_FREE) {
     free(old);
     return;
   }
-  if (p == NULL) bench_fail("allocation of %llu bytes returned NULL", (unsigned long long)op->size);
-  block_stamp_ends(p, op->size, op->new_id);
+  size_t size = (size_t)block_sizes[op->new_id];
+  if (op->kind == OP_MALLOC || (op->kind == OP_ALIGNED && op->alignment_log2 <= 3)) {
+    p = malloc(size);
+  } else if (op->kind == OP_ALIGNED) {
+    if (posix_memalign((void **)&p, (size_t)1 << op->alignment_log2, size) != 0) p = NULL;
+  } else {
+    p = realloc(old, size);
+    if (p != NULL && old != NULL) {
+      uint64_t n = block_sizes[op->old_id];
+      block_verify(p, n - 1, n < size ? n : size, op->old_id, "realloc");
+    }
+  }
+  if (p == NULL) bench_fail("allocation of %zu bytes returned NULL", size);
+  block_stamp_ends(p, size, op->new_id);
   atomic_store_explicit(&block_ptrs[op->new_id], p, memory_order_release);
 }
 
@@ -481,58 +487,80 @@ static const char *base_name(const char *path) {
 }
 
 static void usage(void) {
-  fprintf(stderr, "usage: replay [tiny|quick|full|ROUNDS] [--threads 1] TRACE\n");
+  fprintf(stderr, "usage: replay [tiny|quick|full|ROUNDS [THREADS]] [--threads N] TRACE\n");
   exit(2);
 }
 
-int main(int argc, char **argv) {
+typedef struct options_s {
+  const char *path;
+  long rounds;  /* 0: from min_ops */
+  long min_ops; /* SIZE: at least this many ops in all */
+  long threads; /* 0: the trace's own */
+} options_t;
+
+static long number_argument(const char *text, const char *what) {
+  char *end;
+  long n = strtol(text, &end, 10);
+  if (*end != '\0' || n <= 0) bench_fail("bad %s '%s'", what, text);
+  return n;
+}
+
+static options_t options_parse(int argc, char **argv) {
   static const char *sizes[3] = {"tiny", "quick", "full"};
+  options_t o = {.min_ops = MIN_OPS[0]};
+  const char *positional[3];
+  int n = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
+      o.threads = number_argument(argv[++i], "thread count");
+    else if (n < 3)
+      positional[n++] = argv[i];
+    else
+      usage();
+  }
+  if (n == 0) usage();
+  o.path = positional[n - 1];
+  if (n == 3) o.threads = number_argument(positional[1], "thread count");
+  if (n >= 2) {
+    o.min_ops = -1;
+    for (int k = 0; k < 3; k++)
+      if (strcmp(positional[0], sizes[k]) == 0) o.min_ops = MIN_OPS[k];
+    if (o.min_ops < 0) o.rounds = number_argument(positional[0], "size");
+  }
+  return o;
+}
+
+int main(int argc, char **argv) {
   static trace_t trace;
   bench_name = "replay";
-  const char *path = NULL;
-  long rounds = -1;
-  bool one_thread = false;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--threads") == 0) {
-      if (i + 1 == argc || strcmp(argv[i + 1], "1") != 0)
-        bench_fail("--threads takes 1 (leave it out to replay in the trace's own threads)");
-      one_thread = true;
-      i++;
-    } else if (i + 1 < argc && rounds < 0) {
-      for (int k = 0; k < 3; k++)
-        if (strcmp(argv[i], sizes[k]) == 0) rounds = ROUNDS[k];
-      if (rounds < 0) {
-        char *end;
-        rounds = strtol(argv[i], &end, 10);
-        if (*end != '\0' || rounds <= 0) bench_fail("bad size '%s'", argv[i]);
-      }
-    } else if (path == NULL && i + 1 == argc) {
-      path = argv[i];
-    } else {
-      usage();
-    }
-  }
-  if (path == NULL) usage();
-  if (rounds < 0) rounds = 1;
+  options_t o = options_parse(argc, argv);
 
   double load_start = bench_now();
-  trace_load(&trace, path);
+  trace_load(&trace, o.path);
+  if (o.threads == 0) o.threads = (long)trace.thread_count;
+  if (o.threads != 1 && o.threads != (long)trace.thread_count)
+    bench_fail("%s has %zu threads: THREADS is 1 or %zu", o.path, trace.thread_count,
+               trace.thread_count);
+  bool one_thread = o.threads == 1;
   if (!one_thread) trace_group_by_thread(&trace);
   block_sizes = trace.block_sizes;
   block_ptrs = map_array(trace.block_count, sizeof *block_ptrs);
-  memset((void *)block_ptrs, 0, (trace.block_count > 0 ? trace.block_count : 1) * sizeof *block_ptrs);
   double load_seconds = bench_now() - load_start;
+  if (o.rounds == 0)
+    o.rounds =
+        trace.op_count == 0 ? 1 : (o.min_ops + (long)trace.op_count - 1) / (long)trace.op_count;
+  if (o.rounds == 0) o.rounds = 1;
   if (!peak_rss_reset()) fprintf(stderr, "replay: note: peak RSS includes the loading\n");
   long base_rss = bench_rss_kb();
 
   double seconds = 0;
-  for (long r = 0; r < rounds; r++) seconds += trace_replay(&trace, one_thread);
+  for (long r = 0; r < o.rounds; r++) seconds += trace_replay(&trace, one_thread);
   long peak = bench_status_kb("VmHWM");
-  bench_report("trace=%s threads=%zu traced_threads=%zu rounds=%ld time_s=%.4f ops=%zu "
+  bench_report("trace=%s threads=%ld traced_threads=%zu rounds=%ld time_s=%.4f ops=%zu "
                "skipped=%zu adopted=%zu cross=%zu blocks=%u live_end=%zu load_s=%.3f "
                "base_rss_kb=%ld heap_peak_kb=%ld",
-               base_name(path), one_thread ? (size_t)1 : trace.thread_count, trace.thread_count,
-               rounds, seconds, trace.op_count, trace.skipped, trace.adopted, trace.cross,
-               trace.block_count, trace.live_end_count, load_seconds, base_rss, peak - base_rss);
+               base_name(o.path), o.threads, trace.thread_count, o.rounds, seconds, trace.op_count,
+               trace.skipped, trace.adopted, trace.cross, trace.block_count, trace.live_end_count,
+               load_seconds, base_rss, peak - base_rss);
   return 0;
 }

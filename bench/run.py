@@ -36,6 +36,10 @@ ROOT = BENCH_DIR.parent
 # cases per mode; None runs the workload without a THREADS argument.
 # The sizes themselves are fixed in each C file (tiny, quick, full).
 MULTI = [2, 4, 8, 16, 32, 64]
+# replay's cases are (trace in bench/traces/, THREADS): 1 replays every call
+# in one thread, the trace's own thread count each traced thread in its own.
+TRACE_DIR = BENCH_DIR / "traces"
+REPLAYS = [("gcc", 1), ("python", 1), ("python-threads", 1), ("python-threads", 3)]
 WORKLOADS = {
     "scaling": {"tiny": [2], "quick": [1, 2, 4], "full": [1, 2, 3, 4, 6, 8, 16]},
     "mtalloc": {"tiny": [2], "quick": [2, 8], "full": MULTI},
@@ -49,6 +53,8 @@ WORKLOADS = {
     "cthrash": {"tiny": [2], "quick": [2], "full": MULTI},
     "loader": {"tiny": [None], "quick": [None], "full": [None]},
     "parallel": {"tiny": [2], "quick": [2], "full": MULTI},
+    "replay": {"tiny": [("gcc", 1), ("python-threads", 1), ("python-threads", 3)], "quick": REPLAYS,
+               "full": REPLAYS},
 }
 
 # How a case's THREADS argument reads in the tables.
@@ -126,7 +132,8 @@ def build(names, build_dir):
     jobs = []
     for name in names:
         source, binary = BENCH_DIR / f"{name}.c", build_dir / name
-        newest = max(source.stat().st_mtime, header.stat().st_mtime)
+        depends = [source, header] + ([ROOT / "src" / "trace_format.h"] if name == "replay" else [])
+        newest = max(path.stat().st_mtime for path in depends)
         if binary.exists() and binary.stat().st_mtime >= newest:
             continue
         command = [compiler, *CFLAGS, "-o", str(binary), str(source)]
@@ -156,10 +163,10 @@ def parse_line(name, stdout):
     return None
 
 
-def run_once(binary, size, threads, preload, timeout_s):
+def run_once(binary, size, threads, preload, timeout_s, args=()):
     """Runs one workload process. Returns a dict: status (ok, failed, crashed,
     timeout), wall_s, maxrss_kb (from wait4), metrics, message."""
-    command = [str(binary), size] + ([str(threads)] if threads is not None else [])
+    command = [str(binary), size] + ([str(threads)] if threads is not None else []) + list(args)
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
     if preload is not None:
@@ -217,10 +224,13 @@ def make_cases(names, mode):
     cases = []
     for name in names:
         for threads in WORKLOADS[name][mode]:
-            label = name
+            label, args = name, []
+            if isinstance(threads, tuple):  # replay: (trace, threads)
+                trace, threads = threads
+                label, args = f"{name} {trace}", [str(TRACE_DIR / f"{trace}.trace.gz")]
             if threads is not None:
                 label += " " + THREAD_LABEL.get(name, "t={}").format(threads)
-            cases.append({"workload": name, "threads": threads, "label": label})
+            cases.append({"workload": name, "threads": threads, "label": label, "args": args})
     return cases
 
 
@@ -255,7 +265,8 @@ def run_all(cases, allocators, build_dir, size, runs, timeout_s):
         for k in range(runs):
             rotation = names[k % len(names):] + names[:k % len(names)]
             for allocator in rotation:
-                result = run_once(binary, size, case["threads"], allocators[allocator], timeout_s)
+                result = run_once(binary, size, case["threads"], allocators[allocator], timeout_s,
+                                  case["args"])
                 result.update(case=case, allocator=allocator, run=k + 1)
                 results.append(result)
                 progress.report(case, allocator, k + 1, runs, result)
@@ -263,6 +274,23 @@ def run_all(cases, allocators, build_dir, size, runs, timeout_s):
                     print(f"    {case['label']} under {allocator}: {result['status']}: "
                           f"{result['message']}", file=sys.stderr)
     return results
+
+
+def check_replays(results):
+    """Every replay of a trace, under any allocator and in any thread count,
+    must replay the same ops and skip the same records; a run that does not
+    is marked failed."""
+    counts = {}
+    for r in results:
+        if r["case"]["workload"] == "replay" and r["status"] == "ok":
+            key = (r["metrics"].get("ops"), r["metrics"].get("skipped"))
+            counts.setdefault(r["case"]["args"][0], {}).setdefault(key, []).append(r)
+    for trace, by_key in counts.items():
+        usual = max(by_key, key=lambda k: len(by_key[k]))
+        for key, runs in by_key.items():
+            for r in runs if key != usual else []:
+                r.update(status="failed", message=f"{Path(trace).name}: ops, skipped = {key}, "
+                         f"other runs {usual}")
 
 
 def main():
@@ -301,6 +329,7 @@ def main():
     load_before = os.getloadavg()[0]
     cpu_before, started = cpu_seconds(), time.monotonic()
     results = run_all(cases, allocators, args.build_dir, mode, runs, TIMEOUT_S[mode])
+    check_replays(results)
     elapsed = time.monotonic() - started
     machine_cpu, own_cpu = (after - before for after, before in zip(cpu_seconds(), cpu_before))
     load = (load_before, max(0.0, machine_cpu - own_cpu) / elapsed)
