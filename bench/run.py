@@ -18,7 +18,9 @@ Standard library only. report.py turns the runs into tables and charts.
 
 import argparse
 import os
+import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -55,6 +57,10 @@ WORKLOADS = {
     "parallel": {"tiny": [2], "quick": [2], "full": MULTI},
     "replay": {"tiny": [("gcc", 1), ("python-threads", 1), ("python-threads", 3)], "quick": REPLAYS,
                "full": REPLAYS},
+    # Real programs, not bench binaries (see PROGRAMS): redis is left out of
+    # --tiny (a server and a network client are more than a smoke test needs).
+    "redis": {"tiny": [], "quick": [None], "full": [None]},
+    "compile": {"tiny": [None], "quick": [None], "full": [None]},
 }
 
 # How a case's THREADS argument reads in the tables.
@@ -206,6 +212,189 @@ def run_once(binary, size, threads, preload, timeout_s, args=()):
     return result
 
 
+# ---- real programs: redis-server and gcc ----------------------------------
+#
+# These run an installed program under the allocator instead of a workload of
+# ours; run_program() returns the same dict as run_once(), with metrics
+# time_s and peak_rss_kb. PROGRAMS names the executables each needs: a
+# workload whose programs are missing is skipped with a note.
+
+PROGRAMS = {"redis": ["redis-server", "redis-benchmark"], "compile": ["gcc"]}
+REDIS_REQUESTS = {"tiny": 20000, "quick": 200000, "full": 1000000}
+REDIS_TESTS = ["set", "get", "lpush", "lpop", "incr"]
+# gcc -O2 -c of our own sources, all in one gcc run (cc1 once per file).
+COMPILE_SOURCES = {"tiny": ["bench/larson.c"], "quick": ["bench/*.c"],
+                   "full": ["bench/*.c", "src/*.c"]}
+# Runs the command in argv[2:] and writes its ru_maxrss (its largest process,
+# cc1 included) to argv[1]. A fresh small process, not the runner: a child's
+# ru_maxrss starts at the high-water mark of the process it was forked from.
+MAXRSS_WRAPPER = """import os, sys
+env = dict(os.environ)
+preload = env.pop("SHOAL_BENCH_PRELOAD", "")
+if preload:
+    env["LD_PRELOAD"] = preload
+pid = os.posix_spawnp(sys.argv[2], sys.argv[2:], env)
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as f:
+    f.write(f"{usage.ru_maxrss}\\n")
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def program_env(preload):
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    if preload is not None:
+        env["LD_PRELOAD"] = str(preload)
+    return env
+
+
+def failed(status, message, wall=0.0):
+    return {"status": status, "message": message, "wall_s": wall, "maxrss_kb": 0, "metrics": None}
+
+
+def run_compile(allocator, preload, size, timeout_s):
+    """gcc -O2 -c of COMPILE_SOURCES[size] into a temporary folder."""
+    sources = sorted(str(path) for pattern in COMPILE_SOURCES[size] for path in ROOT.glob(pattern))
+    env = program_env(None)
+    if preload is not None:
+        env["SHOAL_BENCH_PRELOAD"] = str(preload)
+    with tempfile.TemporaryDirectory(prefix="shoal-compile-") as tmp:
+        rss_file = Path(tmp) / "maxrss"
+        command = [sys.executable, "-I", "-S", "-c", MAXRSS_WRAPPER, str(rss_file), "gcc",
+                   *CFLAGS, "-I", str(ROOT / "src"), "-I", str(ROOT / "include"), "-c", *sources]
+        start = time.monotonic()
+        try:
+            done = subprocess.run(command, cwd=tmp, env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True, errors="replace",
+                                  timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return failed("timeout", f"killed after {timeout_s} s", time.monotonic() - start)
+        wall = time.monotonic() - start
+        objects = len(list(Path(tmp).glob("*.o")))
+        lines = done.stderr.strip().splitlines()
+        if done.returncode < 0:
+            return failed("crashed", f"signal {-done.returncode}", wall)
+        if done.returncode != 0 or objects != len(sources) or not rss_file.exists():
+            return failed("failed", lines[-1] if lines else f"{objects}/{len(sources)} objects",
+                          wall)
+        maxrss = int(rss_file.read_text())
+    metrics = {"time_s": wall, "files": len(sources), "peak_rss_kb": maxrss}
+    return {"status": "ok", "message": "", "wall_s": wall, "maxrss_kb": maxrss, "metrics": metrics}
+
+
+def redis_command(port, *words, timeout=5.0):
+    """Sends one command, returns the reply as text (an error reply raises)."""
+    request = f"*{len(words)}\r\n" + "".join(f"${len(w)}\r\n{w}\r\n" for w in words)
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as conn:
+        conn.sendall(request.encode())
+        reader = conn.makefile("rb")
+        line = reader.readline().decode(errors="replace").rstrip("\r\n")
+        if line.startswith("-") or not line:
+            raise OSError(f"redis: {' '.join(words)}: {line or 'connection closed'}")
+        if line.startswith("$"):
+            length = int(line[1:])
+            return "" if length < 0 else reader.read(length + 2)[:-2].decode(errors="replace")
+        return line[1:]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def vm_hwm_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
+def run_redis(allocator, preload, size, timeout_s):
+    """redis-server under the allocator; redis-benchmark (not preloaded) sends
+    a fixed number of requests. time_s is the benchmark's wall time."""
+    if allocator == "system":
+        # Debian's redis-server is linked to libjemalloc.so.2; preloading libc
+        # puts glibc's malloc first, as a preloaded allocator would be.
+        preload = find_library("libc.so.6")
+    requests, port = REDIS_REQUESTS[size], free_port()
+    server_command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                      "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning"]
+    bench_command = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-q",
+                     "-n", str(requests), "-c", "50", "-P", "16", "-t", ",".join(REDIS_TESTS)]
+    with tempfile.TemporaryFile("w+", errors="replace") as log:
+        server = subprocess.Popen(server_command, stdout=log, stderr=log, env=program_env(preload))
+        try:
+            return redis_session(server, port, requests, allocator, bench_command, timeout_s)
+        except (OSError, ValueError) as e:
+            log.seek(0)
+            last = log.read().strip().splitlines()
+            crashed = server.poll() is not None and server.returncode < 0
+            return failed("crashed" if crashed else "failed",
+                          f"{e}{' (server: ' + last[-1] + ')' if last else ''}")
+        finally:
+            if server.poll() is None:
+                server.kill()
+            server.wait()
+
+
+def redis_session(server, port, requests, allocator, bench_command, timeout_s):
+    deadline = time.monotonic() + 10
+    while True:  # until the server answers PING
+        if server.poll() is not None:
+            raise OSError(f"redis-server exited with status {server.returncode} at start")
+        try:
+            if redis_command(port, "PING", timeout=1) == "PONG":
+                break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise OSError("redis-server did not answer PING within 10 s")
+            time.sleep(0.02)
+    start = time.monotonic()
+    try:
+        bench = subprocess.run(bench_command, env=program_env(None), capture_output=True,
+                               text=True, errors="replace", timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return failed("timeout", f"redis-benchmark killed after {timeout_s} s",
+                      time.monotonic() - start)
+    wall = time.monotonic() - start
+    if server.poll() is not None:
+        raise OSError(f"redis-server exited with status {server.returncode} during the run")
+    metrics = {"time_s": wall, "rps": requests * len(REDIS_TESTS) / wall}
+    for test, rate in re.findall(r"^\s*(\w+): ([0-9.]+) requests per second",
+                                 bench.stdout.replace("\r", "\n"),
+                                 re.MULTILINE):
+        metrics[f"{test.lower()}_rps"] = float(rate)
+    if bench.returncode != 0 or len(metrics) != 2 + len(REDIS_TESTS):
+        lines = (bench.stderr or bench.stdout).strip().splitlines()
+        raise OSError(f"redis-benchmark: {lines[-1] if lines else 'no results'}")
+    # The data must be right: every INCR counted, the list emptied by LPOP.
+    counter = redis_command(port, "GET", "counter:__rand_int__")
+    if counter != str(requests) or redis_command(port, "DBSIZE") != "2":
+        raise OSError(f"redis: counter {counter}, expected {requests}, or wrong key count")
+    # Debian's redis reports libjemalloc's own statistics: it must have served
+    # (almost) nothing unless jemalloc is the allocator under test.
+    info = dict(re.findall(r"^(\w+):(\S*)", redis_command(port, "INFO", "memory"), re.MULTILINE))
+    served = int(info.get("allocator_allocated", "0"))
+    if allocator != "jemalloc" and served > 1 << 20:
+        raise OSError(f"libjemalloc served {served} bytes: the preload did not replace malloc")
+    metrics["peak_rss_kb"] = vm_hwm_kb(server.pid)
+    try:
+        redis_command(port, "SHUTDOWN", "NOSAVE")
+    except OSError:
+        pass  # the server closes the connection as it exits
+    server.wait(timeout=10)
+    if server.returncode != 0:
+        raise OSError(f"redis-server exited with status {server.returncode} at shutdown")
+    return {"status": "ok", "message": "", "wall_s": wall, "maxrss_kb": metrics["peak_rss_kb"],
+            "metrics": metrics}
+
+
+RUNNERS = {"redis": run_redis, "compile": run_compile}
+
+
 def cpu_seconds():
     """(CPU seconds the whole machine has been busy, CPU seconds of this
     process and its reaped children): their growth apart is other processes'."""
@@ -265,8 +454,12 @@ def run_all(cases, allocators, build_dir, size, runs, timeout_s):
         for k in range(runs):
             rotation = names[k % len(names):] + names[:k % len(names)]
             for allocator in rotation:
-                result = run_once(binary, size, case["threads"], allocators[allocator], timeout_s,
-                                  case["args"])
+                if case["workload"] in RUNNERS:
+                    result = RUNNERS[case["workload"]](allocator, allocators[allocator], size,
+                                                       timeout_s)
+                else:
+                    result = run_once(binary, size, case["threads"], allocators[allocator],
+                                      timeout_s, case["args"])
                 result.update(case=case, allocator=allocator, run=k + 1)
                 results.append(result)
                 progress.report(case, allocator, k + 1, runs, result)
@@ -323,8 +516,16 @@ def main():
     if not allocators:
         fail("no allocator to run")
 
-    build(names, args.build_dir)
+    for name in [n for n in names if n in PROGRAMS]:
+        absent = [p for p in PROGRAMS[name] if shutil.which(p) is None]
+        if absent:
+            print(f"run.py: skipping {name}: {', '.join(absent)} not installed", file=sys.stderr)
+            names.remove(name)
+    build([n for n in names if n not in PROGRAMS], args.build_dir)
     cases = make_cases(names, mode)
+    if not cases:
+        print("run.py: nothing to run", file=sys.stderr)
+        return 0
     runs = 1 if args.tiny else args.runs or (5 if args.full else 3)
     load_before = os.getloadavg()[0]
     cpu_before, started = cpu_seconds(), time.monotonic()

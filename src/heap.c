@@ -245,6 +245,7 @@ void *heap_malloc_medium(shoal_heap_t *heap, size_t size) {
   /* A small class gets here when its direct page ran dry: find_page also
    * re-points the direct slots. */
   if (size_class < REMOTE_CACHE_CLASSES || page == NULL || page->free == NULL) {
+    if (page != NULL) page_fold_counters(heap, page);
     page = heap_find_page(heap, size_class);
     if (page == NULL) return out_of_memory();
   }
@@ -327,10 +328,22 @@ shoal_heap_t *heap_get_or_create(void) {
   return heap;
 }
 
+/* Bring every page's counts into the heap's counters (page_fold_counters). */
+void heap_fold_counters(shoal_heap_t *heap) {
+  for (int size_class = 0; size_class < CLASS_COUNT; size_class++)
+    for (shoal_page_t *page = heap->queues[size_class].first; page != NULL; page = page->next)
+      page_fold_counters(heap, page);
+  for (shoal_page_t *page = heap->full.first; page != NULL; page = page->next)
+    page_fold_counters(heap, page);
+  for (int size_class = 0; size_class < REMOTE_CACHE_CLASSES; size_class++)
+    page_fold_counters(heap, &heap->remote_cache[size_class]);
+}
+
 /* Give every page the thread still holds to the arena: empty pages go back
  * to their segments now, the rest are parked so that the first remote free
  * into each brings a servicing thread, or an adopter finds them. */
 void heap_abandon(shoal_heap_t *heap) {
+  heap_fold_counters(heap);
   heap_remote_cache_flush(heap);
   heap_drain(heap, false);
   for (int size_class = 0; size_class < CLASS_COUNT; size_class++) {
@@ -392,6 +405,7 @@ void heap_thread_exit(void *value) {
 
 /* Collect every page's frees; with force, return all that is empty now. */
 void heap_collect(shoal_heap_t *heap, bool force) {
+  heap_fold_counters(heap);
   if (force) heap_remote_cache_flush(heap);
   heap_drain_notified(heap);
   for (int size_class = 0; size_class < CLASS_COUNT; size_class++) {

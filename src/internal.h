@@ -121,6 +121,10 @@ typedef struct shoal_page_s {
   uint8_t size_class;                /* class, CLASS_LARGE/HUGE/NONE */
   uint8_t flags;                     /* PAGE_FULL, PAGE_UNUSED: 0 on the fast path */
   uint8_t is_zero;                   /* free blocks are zero beyond word 0 (fresh memory) */
+  /* (owner) Blocks popped and freed locally since these counts last went
+   * into the heap's counters (page_fold_counters): the fast paths add one
+   * here, to the page they hold anyway, with no index and no atomic. */
+  uint64_t unfolded_allocs, unfolded_frees;
   /* Line 3, written by other threads. Blocks they freed (atomic). Bit 0
    * set: the owner parked the page in its full list and wants to be told;
    * the first pusher clears it and queues the page on the owner's notify
@@ -350,6 +354,7 @@ void heap_drain_notified(shoal_heap_t *heap);
 bool heap_remote_cache_push(shoal_heap_t *heap, uint8_t size_class, shoal_block_t *block);
 void heap_remote_cache_flush(shoal_heap_t *heap);
 void heap_collect(shoal_heap_t *heap, bool force);
+void heap_fold_counters(shoal_heap_t *heap);
 void heap_abandon(shoal_heap_t *heap);
 void heap_service_abandoned(shoal_heap_t *heap);
 void heap_thread_exit(void *heap);
@@ -432,14 +437,34 @@ static inline void counter_add(_Atomic(size_t) *counter, size_t amount) {
 #endif
 }
 
+/* The fast paths count in the page; the counts reach the heap's counters,
+ * which other threads read, when the page goes back to its segment, when
+ * its class takes the slow path, and when the heap is collected, abandoned
+ * or asked for statistics by its own thread. */
+static inline void page_count(uint64_t *unfolded) {
+#if SHOAL_STATISTICS
+  ++*unfolded;
+#else
+  (void)unfolded;
+#endif
+}
+
+static inline void page_fold_counters(shoal_heap_t *heap, shoal_page_t *page) {
+  if ((page->unfolded_allocs | page->unfolded_frees) == 0) return;
+  counter_add(&heap->counters.allocated[page->size_class], page->unfolded_allocs);
+  counter_add(&heap->counters.freed[page->size_class], page->unfolded_frees);
+  page->unfolded_allocs = page->unfolded_frees = 0;
+}
+
 /* Hand out the page's next free block (the page has one): the pop every
  * malloc path ends in. */
 static inline void *page_pop(shoal_heap_t *heap, shoal_page_t *page) {
+  (void)heap;
   shoal_block_t *block = page->free;
   page->free = block->next;
   page->used++;
   block->key = 0;
-  counter_add(&heap->counters.allocated[page->size_class], 1);
+  page_count(&page->unfolded_allocs);
   return block;
 }
 extern _Atomic(size_t) stat_segments, stat_pages, stat_huge_blocks;

@@ -26,6 +26,7 @@ void page_init(shoal_page_t *page, shoal_heap_t *heap, size_t block_size, uint8_
   page->reserved = (uint32_t)(bytes / block_size);
   page->capacity = 0;
   page->used = 0;
+  page->unfolded_allocs = page->unfolded_frees = 0;
   page->free = page->local_free = NULL;
   page->is_zero = is_zero;
   page->flags = 0;

@@ -219,6 +219,7 @@ void segment_purge_heap_lazy(shoal_heap_t *heap) {
  * the arena. The slices stay resident until the purge delay runs out; past
  * the purge limit they are purged lazily at once. */
 void segment_page_free(shoal_heap_t *heap, shoal_page_t *page) {
+  page_fold_counters(heap, page);
   shoal_segment_t *segment = segment_of(page);
   size_t first = (size_t)(page - segment->pages), count = page->slice_count;
   uint64_t mask = slice_mask(first, count);

@@ -112,6 +112,10 @@ static void counted_figures_fill(shoal_stats_t *stats) {
 
 exported void shoal_stats_get(shoal_stats_t *stats) {
   memset(stats, 0, sizeof *stats);
+  /* This thread's latest counts are in its pages: bring them in. Another
+   * running thread's join when it next takes a slow path or exits. */
+  shoal_heap_t *own = thread_heap_own();
+  if (own != &heap_empty) heap_fold_counters(own);
   counted_figures_fill(stats);
   stats->os_reserved_bytes = os_reserved_bytes();
   stats->os_committed_bytes = os_committed_bytes();

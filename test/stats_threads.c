@@ -3,7 +3,9 @@
  * Worker threads allocate blocks of six sizes (small, medium, large, huge),
  * hand them to the next worker, which frees them: every free but the huge
  * ones is a cross-thread free. While all blocks are held (workers parked at
- * a barrier) each class's live count must have grown by exactly the blocks
+ * a barrier, each having published its counts with shoal_collect, as a
+ * running thread's latest counts wait in its pages until it takes a slow
+ * path) each class's live count must have grown by exactly the blocks
  * held; after the join, allocated - freed = live in every row and in total,
  * remote frees grew by at least one per handed block, and live blocks and
  * bytes are back to the baseline.
@@ -51,6 +53,7 @@ static void *worker_run(void *argument) {
       CHECK(self->blocks[plan][i] != NULL);
       memset(self->blocks[plan][i], self->index, 16);
     }
+  shoal_collect(false);
   pthread_barrier_wait(&all_allocated);
   pthread_barrier_wait(&snapshot_taken);
   worker_t *previous = &workers[(self->index + WORKERS - 1) % WORKERS];
