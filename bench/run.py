@@ -8,7 +8,8 @@ process per allocator, which is chosen with LD_PRELOAD ("system" is glibc,
 no preload). Runs are interleaved: for each case, run k of every allocator
 comes before run k+1 of any, and the order of allocators rotates, so drift
 of the machine hits all alike. The table gives the median of N runs (quick 3,
-full 5) with the spread, (max - min) / median.
+full 5) with the spread, (max - min) / median. Two workloads, redis and
+compile, run installed programs (redis-server, gcc) instead of a file of ours.
 
 --tiny runs each workload once at its tiny size under each allocator and
 fails if any run fails; it writes no results (ctest runs it).
@@ -328,11 +329,11 @@ def run_redis(allocator, preload, size, timeout_s):
         server = subprocess.Popen(server_command, stdout=log, stderr=log, env=program_env(preload))
         try:
             return redis_session(server, port, requests, allocator, bench_command, timeout_s)
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, subprocess.SubprocessError) as e:
+            exited = server.poll() is not None
             log.seek(0)
-            last = log.read().strip().splitlines()
-            crashed = server.poll() is not None and server.returncode < 0
-            return failed("crashed" if crashed else "failed",
+            last = log.read().strip().splitlines() if exited else []
+            return failed("crashed" if exited and server.returncode < 0 else "failed",
                           f"{e}{' (server: ' + last[-1] + ')' if last else ''}")
         finally:
             if server.poll() is None:
