@@ -6,7 +6,7 @@ without SHOAL_STATISTICS, side by side.
 
 Builds libshoal.so twice with CMake (Release, no tests): DIR/build-stats
 with the counters (the default build) and DIR/build-nostats with
--DSHOAL_STATISTICS=OFF, where counter_add compiles to nothing. Then:
+-DSHOAL_STATISTICS=OFF, where the counting compiles to nothing. Then:
 
 - instructions per malloc+free pair of 64 bytes, counted by callgrind as
   tools/fastpath-instructions.sh does (2M pairs minus 1M pairs), when
