@@ -205,7 +205,6 @@ slow_path void free_slow(void *p, size_t size_hint, caller_t caller) {
     block->next = page->local_free;
     block->key = free_key;
     page->local_free = block;
-    page_count(&page->unfolded_frees);
     if (--page->used == 0 || page->flags != 0) heap_page_freed(heap, page);
   } else {
     free_remote(page, block);

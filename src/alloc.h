@@ -71,7 +71,6 @@ fast_path void free_fast(void *p, size_t size_hint, caller_t caller) {
   block->next = page->local_free;
   block->key = key;
   page->local_free = block;
-  page_count(&page->unfolded_frees);
   if (unlikely(--page->used == 0)) heap_page_freed(heap, page);
 }
 

@@ -200,7 +200,8 @@ static shoal_page_t *heap_find_page(shoal_heap_t *heap, uint8_t size_class) {
       heap_direct_set(heap, size_class, cache);
       return cache;
     }
-    cache->reserved = cache->used = 0;
+    page_fold_counters(heap, cache);
+    cache->reserved = cache->used = cache->used_at_fold = 0;
   }
   shoal_page_t *page = heap_find_queued_page(heap, size_class);
   if (size_class < REMOTE_CACHE_CLASSES) heap_direct_update(heap, size_class);
@@ -224,7 +225,8 @@ void heap_remote_cache_flush(shoal_heap_t *heap) {
     shoal_page_t *cache = &heap->remote_cache[size_class];
     shoal_block_t *block = cache->free;
     cache->free = NULL;
-    cache->reserved = cache->used = 0;
+    page_fold_counters(heap, cache);
+    cache->reserved = cache->used = cache->used_at_fold = 0;
     heap_direct_update(heap, size_class);
     while (block != NULL) {
       shoal_block_t *next = block->next;
@@ -271,7 +273,7 @@ void *heap_malloc_large(shoal_heap_t *heap, size_t size, size_t alignment) {
   if (page == NULL) return out_of_memory();
   page_init(page, heap, slices * SLICE_SIZE, CLASS_LARGE, page->is_zero);
   page->capacity = page->reserved = 1;
-  page->used = 1;
+  page->used = page->used_at_fold = 1; /* counted below, not by a pop */
   heap_park(heap, page);
   uint8_t *block = page->start;
   if (extra != 0) {

@@ -25,8 +25,8 @@ void page_init(shoal_page_t *page, shoal_heap_t *heap, size_t block_size, uint8_
   page->size_class = size_class;
   page->reserved = (uint32_t)(bytes / block_size);
   page->capacity = 0;
-  page->used = 0;
-  page->unfolded_allocs = page->unfolded_frees = 0;
+  page->used = page->used_at_fold = 0;
+  page->unfolded_allocs = 0;
   page->free = page->local_free = NULL;
   page->is_zero = is_zero;
   page->flags = 0;
@@ -82,6 +82,7 @@ size_t page_collect(shoal_page_t *page) {
   tail->next = page->free;
   page->free = list;
   page->used -= (uint32_t)count;
+  page->used_at_fold -= (uint32_t)count; /* counted by the threads that freed them */
   page->is_zero = 0;
   return count;
 }
