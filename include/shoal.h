@@ -68,8 +68,10 @@ SHOAL_API void shoal_collect(bool force);
  * as JSON. A build with -DSHOAL_STATISTICS=OFF keeps no counters: then the
  * figures marked (counted) read 0 and counters_enabled says so.
  *
- * Live figures are exact once all threads are quiet; while threads run they
- * are a snapshot whose parts may be a few operations apart. "Cumulative"
+ * A thread's newest allocations and frees wait in its pages until it takes
+ * a slow path, calls shoal_stats() or shoal_collect(), or exits: figures
+ * are exact once every thread has done one of these (the caller's own are
+ * always current); while threads run they are a snapshot. "Cumulative"
  * figures only grow, from the start of the process.
  *
  * The two lists below generate the structs and the printers (src/stats.c):
