@@ -121,7 +121,7 @@ void heap_page_freed(shoal_heap_t *heap, shoal_page_t *page) {
   else
     heap->full.last = page->prev;
   page->next = page->prev = NULL;
-  if (page->size_class == CLASS_LARGE) { /* the fast path counted the block, not its bytes */
+  if (page->size_class == CLASS_LARGE) { /* the page's used counts the block, not its bytes */
     counter_add(&heap->counters.outsized_freed_bytes, page->block_size);
     heap_page_retire(heap, page);
     return;

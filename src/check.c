@@ -184,7 +184,21 @@ static shoal_lock_t quarantine_lock;
 static quarantined_t *quarantine; /* a ring of QUARANTINE_SLOTS */
 static size_t quarantine_head, quarantine_count, quarantine_bytes;
 
-/* A block leaves the quarantine: its data must still read FREED_FILL. */
+/* A quarantined block: its data must still read FREED_FILL, its guards be
+ * whole. Reports the first damage found (under the shard lock). */
+static bool freed_block_intact(const checked_block_t *block, const char *function,
+                               const site_t *site) {
+  size_t size = block->record->size;
+  const uint8_t *bad = first_changed(block->user, block->user + size, FREED_FILL);
+  if (bad == NULL) return guards_intact(block, function, site);
+  char detail[160];
+  snprintf(detail, sizeof detail, ": byte %td of the %zu-byte block was written after it was freed",
+           bad - block->user, size);
+  report("write after free", function, block->user, block->record, detail, site);
+  return false;
+}
+
+/* A block leaves the quarantine for the core, checked once more. */
 static void release(uint8_t *user, const site_t *site) {
   checked_block_t block;
   block.user = user;
@@ -195,16 +209,7 @@ static void release(uint8_t *user, const site_t *site) {
     records_unlock(block.shard);
     return;
   }
-  size_t size = block.record->size;
-  const uint8_t *bad = first_changed(user, user + size, FREED_FILL);
-  if (bad != NULL) {
-    char detail[160];
-    snprintf(detail, sizeof detail,
-             ": byte %td of the %zu-byte block was written after it was freed", bad - user, size);
-    report("write after free", "free", user, block.record, detail, site);
-  } else {
-    guards_intact(&block, "free", site);
-  }
+  freed_block_intact(&block, "free", site);
   records_remove(block.shard, block.record);
   records_unlock(block.shard);
   /* Damage was reported; with abort off the block is reused all the same,
@@ -377,19 +382,10 @@ static void check_record(block_record_t *record, void *context) {
   block.user = (uint8_t *)record->block;
   block.start = block_containing(block.user, &block.usable);
   if (block.start == NULL) return;
-  if (record->state == RECORD_QUARANTINED) {
-    const uint8_t *bad = first_changed(block.user, block.user + record->size, FREED_FILL);
-    if (bad != NULL) {
-      char detail[160];
-      snprintf(detail, sizeof detail,
-               ": byte %td of the %zu-byte block was written after it was freed", bad - block.user,
-               record->size);
-      report("write after free", "shoal_check_heap", block.user, record, detail, &walk->site);
-      walk->faults++;
-      return;
-    }
-  }
-  if (!guards_intact(&block, "shoal_check_heap", &walk->site)) walk->faults++;
+  bool intact = record->state == RECORD_QUARANTINED
+                    ? freed_block_intact(&block, "shoal_check_heap", &walk->site)
+                    : guards_intact(&block, "shoal_check_heap", &walk->site);
+  if (!intact) walk->faults++;
 }
 
 exported size_t shoal_check_heap(void) {

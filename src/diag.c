@@ -331,13 +331,10 @@ size_t diag_usable_size(const void *p, const char *function, caller_t caller) {
 /* ---- start-up, fork, exit ---- */
 
 static bool env_is_on(const char *name, const char *value) {
-  if (value == NULL || *value == '\0' || strcmp(value, "0") == 0 || strcmp(value, "off") == 0 ||
-      strcmp(value, "no") == 0 || strcmp(value, "false") == 0)
-    return false;
-  if (strcmp(value, "1") != 0 && strcmp(value, "on") != 0 && strcmp(value, "yes") != 0 &&
-      strcmp(value, "true") != 0) {
-    message("warning: %s=%s is not a valid value (expected 0 or 1); using 1", name, value);
-  }
+  long on;
+  if (value == NULL || *value == '\0') return false;
+  if (option_parse_bool(value, &on)) return on != 0;
+  message("warning: %s=%s is not a valid value (expected 0 or 1); using 1", name, value);
   return true;
 }
 

@@ -175,8 +175,9 @@ typedef enum heap_state_e {
 
 /* Counters written by the owner with plain (relaxed) stores and read by
  * anyone: summed over all heaps they give exact process figures. Blocks are
- * counted per size class, so the fast paths add one and bytes follow from
- * the class; large and huge blocks, whose sizes vary, add their bytes too. */
+ * counted per size class (the fast paths count in their page, folded in
+ * here by page_fold_counters) and bytes follow from the class; large and
+ * huge blocks, whose sizes vary, add their bytes too. */
 typedef struct heap_counters_s {
   _Atomic(size_t) allocated[COUNTER_SLOTS];
   _Atomic(size_t) freed[COUNTER_SLOTS];
@@ -279,6 +280,8 @@ static inline long option(shoal_option_t which) {
   return atomic_load_explicit(&option_values[which], memory_order_relaxed);
 }
 void message(const char *format, ...) __attribute__((format(printf, 1, 2)));
+/* 1/true/on/yes -> 1, 0/false/off/no -> 0 (any case); false if neither. */
+bool option_parse_bool(const char *text, long *out);
 void verbose(const char *format, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- size_class.c ---- */

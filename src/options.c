@@ -46,7 +46,7 @@ static const option_descriptor_t descriptors[SHOAL_OPTION_COUNT] = {
 _Atomic(long) option_values[SHOAL_OPTION_COUNT];
 static _Atomic(int) values_loaded;
 
-static bool parse_bool(const char *text, long *out) {
+bool option_parse_bool(const char *text, long *out) {
   static const char *const yes[] = {"1", "true", "on", "yes"};
   static const char *const no[] = {"0", "false", "off", "no"};
   for (size_t i = 0; i < 4; i++) {
@@ -98,7 +98,7 @@ void options_init(void) {
     snprintf(variable, sizeof variable, "SHOAL_%s", d->name);
     const char *text = getenv(variable);
     if (text != NULL && *text != '\0') {
-      bool ok = d->kind == OPTION_BOOL ? parse_bool(text, &value)
+      bool ok = d->kind == OPTION_BOOL ? option_parse_bool(text, &value)
                                        : parse_number(text, d->kind == OPTION_BYTES, &value);
       if (!ok) {
         value = d->default_value;

@@ -274,21 +274,14 @@ typedef enum report_format_e {
 
 static report_format_t report_format;
 
-static bool text_is_one_of(const char *text, const char *const *words, size_t count) {
-  for (size_t i = 0; i < count; i++)
-    if (strcasecmp(text, words[i]) == 0) return true;
-  return false;
-}
-
 /* The spellings of the options' booleans (options.c), plus table and json. */
 static report_format_t report_format_read(void) {
-  static const char *const table[] = {"1", "true", "on", "yes", "table"};
-  static const char *const none[] = {"0", "false", "off", "no"};
   const char *text = getenv("SHOAL_STATS");
+  long on;
   if (text == NULL || *text == '\0') return REPORT_NONE;
   if (strcasecmp(text, "json") == 0) return REPORT_JSON;
-  if (text_is_one_of(text, table, sizeof table / sizeof table[0])) return REPORT_TABLE;
-  if (text_is_one_of(text, none, sizeof none / sizeof none[0])) return REPORT_NONE;
+  if (strcasecmp(text, "table") == 0) return REPORT_TABLE;
+  if (option_parse_bool(text, &on)) return on ? REPORT_TABLE : REPORT_NONE;
   message("warning: SHOAL_STATS=%s is not a valid value (expected 0, 1 or json); using 0", text);
   return REPORT_NONE;
 }
