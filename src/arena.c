@@ -69,40 +69,35 @@ static void segment_unmap(shoal_segment_t *segment) {
   os_unmap(segment, SEGMENT_SIZE);
 }
 
-/* Purge a whole empty segment: lazily (MADV_FREE, the slices not lazy yet)
- * or for good. */
-static void segment_purge_all(shoal_segment_t *segment, bool lazy) {
+/* Purge a whole empty segment for good. */
+static void segment_purge_all(shoal_segment_t *segment) {
   uint64_t dirty = segment->dirty_slices & ~SLICE_HEADER_BITS;
-  if (lazy) dirty &= ~segment->lazy_slices;
   if (dirty == 0) return;
   size_t first = (size_t)__builtin_ctzll(dirty);
   size_t last = 63 - (size_t)__builtin_clzll(dirty);
   uint8_t *start = (uint8_t *)segment + first * SLICE_SIZE;
-  if (lazy) {
-    os_purge_lazy(start, (last - first + 1) * SLICE_SIZE);
-    segment->lazy_slices |= dirty;
-    return;
-  }
   os_purge(start, (last - first + 1) * SLICE_SIZE);
   os_commit_note(-(ptrdiff_t)(bit_count(dirty) * SLICE_SIZE));
   segment->dirty_slices = SLICE_HEADER_BITS;
   segment->lazy_slices = 0;
 }
 
-/* An empty segment: purged lazily and kept, so that a program that frees a
- * lot and allocates again soon (a new thread, the next phase) finds its
- * memory without faulting it in; after the purge delay the cache is purged
- * for good and trimmed to ARENA_CACHED_CLEAN segments. */
+/* An empty segment: kept as it is, so that a program that frees a lot and
+ * allocates again soon (a new thread, the next phase) finds its memory
+ * without faulting it in; after the purge delay the cache is purged for good
+ * and trimmed to ARENA_CACHED_CLEAN segments. Not purged lazily meanwhile:
+ * MADV_FREE walks the page tables, and each page written again takes a
+ * dirty-bit assist; freeing and refilling 160 MiB ran twice as slow so. */
 void arena_segment_release(shoal_segment_t *segment) {
   segment->free_slices = SLICES_ALL & ~SLICE_HEADER_BITS;
   atomic_fetch_sub_explicit(&stat_segments, 1, memory_order_relaxed);
   bool keep = option(SHOAL_OPTION_PURGE_DELAY) > 0;
-  segment_purge_all(segment, keep);
+  if (!keep) segment_purge_all(segment);
   lock_acquire(&arena_lock);
   if (arena.cached_count < (keep ? ARENA_CACHED_SEGMENTS : ARENA_CACHED_CLEAN)) {
     arena.cached[arena.cached_count++] = segment;
     segment = NULL;
-    if (keep && atomic_load_explicit(&arena_purge_at_ms, memory_order_relaxed) == 0)
+    if (keep) /* the delay counts from the last release: a burst of frees is not a quiet moment */
       atomic_store_explicit(&arena_purge_at_ms, os_now_ms() + option(SHOAL_OPTION_PURGE_DELAY),
                             memory_order_relaxed);
   }
@@ -121,7 +116,7 @@ void arena_cache_trim(bool force) {
   atomic_store_explicit(&arena_purge_at_ms, 0, memory_order_relaxed);
   size_t keep = force ? 0 : ARENA_CACHED_CLEAN;
   while (arena.cached_count > keep) unmapped[unmapped_count++] = arena.cached[--arena.cached_count];
-  for (size_t i = 0; i < arena.cached_count; i++) segment_purge_all(arena.cached[i], false);
+  for (size_t i = 0; i < arena.cached_count; i++) segment_purge_all(arena.cached[i]);
   lock_release(&arena_lock);
   for (size_t i = 0; i < unmapped_count; i++) segment_unmap(unmapped[i]);
 }

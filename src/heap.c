@@ -96,7 +96,7 @@ static void heap_unpark_listed(shoal_heap_t *heap, shoal_page_t *page) {
 
 static void heap_maybe_purge(shoal_heap_t *heap) {
   if (heap->purge_at_ms != 0 && os_now_ms() >= heap->purge_at_ms)
-    segment_purge_heap_due(heap);
+    segment_purge_heap(heap);
   else if (atomic_load_explicit(&arena_purge_at_ms, memory_order_relaxed) != 0)
     arena_cache_trim(false);
 }

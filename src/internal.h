@@ -327,7 +327,6 @@ bool segment_page_grow(struct shoal_heap_s *heap, shoal_page_t *page, size_t sli
 void segment_map_set(shoal_segment_t *segment, size_t size, uint8_t head);
 void segment_purge_heap(struct shoal_heap_s *heap);
 void segment_purge_heap_lazy(struct shoal_heap_s *heap);
-void segment_purge_heap_due(struct shoal_heap_s *heap);
 
 /* ---- page.c ---- */
 void page_init(shoal_page_t *page, struct shoal_heap_s *heap, size_t block_size, uint8_t size_class,

@@ -22,9 +22,8 @@ typedef struct option_descriptor_s {
 } option_descriptor_t;
 
 static const option_descriptor_t descriptors[SHOAL_OPTION_COUNT] = {
-    [SHOAL_OPTION_PURGE_DELAY] =
-        {"PURGE_DELAY", 10, OPTION_NUMBER,
-         "ms before emptied memory is purged lazily, and again before for good"},
+    [SHOAL_OPTION_PURGE_DELAY] = {"PURGE_DELAY", 10, OPTION_NUMBER,
+                                  "ms without a page freed before free memory goes back to the OS"},
     [SHOAL_OPTION_PURGE_LIMIT] =
         {"PURGE_LIMIT", 8L << 20, OPTION_BYTES,
          "free resident bytes a thread may keep before purging lazily at once"},

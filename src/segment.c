@@ -162,22 +162,6 @@ static void segment_purge(shoal_segment_t *segment, bool lazy) {
   }
 }
 
-/* Purge for good the free slices already purged lazily. */
-static void segment_purge_lazy_for_good(shoal_segment_t *segment) {
-  uint64_t bits = segment->lazy_slices & segment->free_slices & ~SLICE_HEADER_BITS;
-  while (bits != 0) {
-    size_t first = (size_t)__builtin_ctzll(bits);
-    size_t count = (size_t)__builtin_ctzll(~(bits >> first));
-    if (first + count > SLICES_PER_SEGMENT) count = SLICES_PER_SEGMENT - first;
-    uint64_t mask = slice_mask(first, count);
-    os_purge((uint8_t *)segment + first * SLICE_SIZE, count * SLICE_SIZE);
-    os_commit_note(-(ptrdiff_t)(count * SLICE_SIZE));
-    segment->dirty_slices &= ~mask;
-    segment->lazy_slices &= ~mask;
-    bits &= ~mask;
-  }
-}
-
 /* A collect or a thread exit: give every free slice back for good. */
 void segment_purge_heap(shoal_heap_t *heap) {
   for (shoal_segment_t *segment = heap->segments; segment != NULL; segment = segment->next)
@@ -188,36 +172,22 @@ void segment_purge_heap(shoal_heap_t *heap) {
   arena_cache_trim(false);
 }
 
-/* The purge delay ran out: what was purged lazily a delay ago and is still
- * unused goes back for good; what is merely free now is purged lazily, and
- * goes for good after one more delay unless it is used again meanwhile. */
-void segment_purge_heap_due(shoal_heap_t *heap) {
-  bool lazied = false;
-  for (shoal_segment_t *segment = heap->segments; segment != NULL; segment = segment->next) {
-    uint64_t old_lazy = segment->lazy_slices;
-    segment_purge_lazy_for_good(segment);
-    segment_purge(segment, true);
-    lazied |= segment->lazy_slices != (old_lazy & segment->lazy_slices);
-  }
-  heap->purge_pending_bytes = 0;
-  heap->purge_at_ms = lazied ? os_now_ms() + option(SHOAL_OPTION_PURGE_DELAY) : 0;
-  huge_cache_trim(false);
-  arena_cache_trim(false);
-}
-
-/* Past the purge limit in a burst of frees: a lazy purge costs nothing if
- * the program allocates again at once (it often does), and the kernel may
- * take the memory meanwhile; the purge for good still follows the delay. */
+/* Past the purge limit in a burst of frees: the kernel may take the memory
+ * meanwhile, and a lazy purge costs little if the program allocates again
+ * soon (it often does); the purge for good still follows the delay. */
 void segment_purge_heap_lazy(shoal_heap_t *heap) {
   for (shoal_segment_t *segment = heap->segments; segment != NULL; segment = segment->next)
     segment_purge(segment, true);
   heap->purge_pending_bytes = 0;
-  if (heap->purge_at_ms == 0) heap->purge_at_ms = os_now_ms() + option(SHOAL_OPTION_PURGE_DELAY);
 }
 
 /* Give the page's slices back to its segment; an empty segment goes back to
- * the arena. The slices stay resident until the purge delay runs out; past
- * the purge limit they are purged lazily at once. */
+ * the arena. The slices stay resident until the heap has freed no page for
+ * the purge delay, then go back for good: the delay counts from the last
+ * page freed, since a program freeing in a long burst (a phase that ends)
+ * often allocates all of it again at once, and purging the first pages of
+ * the burst would fault them in again. Past the purge limit in the burst
+ * they are purged lazily at once. */
 void segment_page_free(shoal_heap_t *heap, shoal_page_t *page) {
   page_fold_counters(heap, page);
   shoal_segment_t *segment = segment_of(page);
@@ -245,9 +215,9 @@ void segment_page_free(shoal_heap_t *heap, shoal_page_t *page) {
   long delay = option(SHOAL_OPTION_PURGE_DELAY);
   if (delay == 0) {
     segment_purge_heap(heap);
-  } else if (heap->purge_pending_bytes > (size_t)option(SHOAL_OPTION_PURGE_LIMIT)) {
-    segment_purge_heap_lazy(heap);
-  } else if (heap->purge_at_ms == 0) {
-    heap->purge_at_ms = os_now_ms() + delay;
+    return;
   }
+  if (heap->purge_pending_bytes > (size_t)option(SHOAL_OPTION_PURGE_LIMIT))
+    segment_purge_heap_lazy(heap);
+  heap->purge_at_ms = os_now_ms() + delay;
 }
