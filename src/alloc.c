@@ -111,7 +111,7 @@ void heap_page_freed(shoal_heap_t *heap, shoal_page_t *page) {
     return;
   }
   if (!page_unpark(page)) return; /* a notification is on its way: the drain decides */
-  page->flags &= (uint8_t)~PAGE_FULL;
+  page_mark_unparked(page);
   if (page->prev != NULL)
     page->prev->next = page->next;
   else

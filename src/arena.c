@@ -39,7 +39,7 @@ static void segment_reset_header(shoal_segment_t *segment) {
   segment->kind = SEGMENT_NORMAL;
   memset(segment->pages, 0, sizeof segment->pages);
   for (size_t i = 0; i < SLICES_PER_SEGMENT; i++) {
-    segment->slice_page[i] = (uint8_t)i;
+    segment_slice_set_page(segment, i, i);
     segment->pages[i].size_class = segment->pages[i].shared_class = CLASS_NONE;
     segment->pages[i].flags = PAGE_UNUSED;
   }

@@ -82,14 +82,14 @@ void heap_queue_push(shoal_heap_t *heap, shoal_page_t *page) {
 /* Park a page with no free block; false when remote frees beat us to it. */
 static bool heap_park(shoal_heap_t *heap, shoal_page_t *page) {
   if (!page_park_full(page)) return false;
-  page->flags |= PAGE_FULL;
+  page_mark_parked(page);
   list_push_front(&heap->full, page);
   return true;
 }
 
 static void heap_unpark_listed(shoal_heap_t *heap, shoal_page_t *page) {
   list_remove(&heap->full, page);
-  page->flags &= (uint8_t)~PAGE_FULL;
+  page_mark_unparked(page);
 }
 
 /* ---- page retirement and remote-free notifications ---- */

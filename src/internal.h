@@ -101,7 +101,7 @@ typedef struct shoal_page_s {
   /* Line 1, read-mostly, for other threads: a free from another thread
    * reads only this line (and writes line 3), never the owner's line 2.
    * The shape fields copy line 2's and change only while no block is live. */
-  uint64_t shared_divisor;    /* copy of block_divisor */
+  uint64_t shared_divisor;    /* UINT64_MAX / block_size + 1: the divisibility test; 0: no blocks */
   uint8_t *shared_start;      /* copy of start */
   uint32_t shared_block_size; /* copy of block_size */
   uint8_t shared_class;       /* copy of size_class */
@@ -115,12 +115,12 @@ typedef struct shoal_page_s {
   shoal_block_t *local_free;         /* blocks the owner freed since the last collect */
   uint32_t used;                     /* handed out, incl. remote frees not yet collected */
   uint32_t capacity;                 /* blocks carved so far */
-  uint64_t block_divisor;            /* UINT64_MAX / block_size + 1: divisibility test */
-  uint8_t *start;                    /* first block */
-  uint32_t block_size;               /* bytes per block; 0 when the page is free */
-  uint8_t size_class;                /* class, CLASS_LARGE/HUGE/NONE */
-  uint8_t flags;                     /* PAGE_FULL, PAGE_UNUSED: 0 on the fast path */
-  uint8_t is_zero;                   /* free blocks are zero beyond word 0 (fresh memory) */
+  uint64_t free_divisor; /* shared_divisor while the fast path may free here, else 0 (parked) */
+  uint8_t *start;        /* first block */
+  uint32_t block_size;   /* bytes per block; 0 when the page is free */
+  uint8_t size_class;    /* class, CLASS_LARGE/HUGE/NONE */
+  uint8_t flags;         /* PAGE_FULL, PAGE_UNUSED: 0 on the fast path */
+  uint8_t is_zero;       /* free blocks are zero beyond word 0 (fresh memory) */
   /* (owner) What the statistics need, kept where malloc already writes
    * (page_fold_counters): blocks handed out since the counts last went to
    * the heap, and `used` at that time (less the remote frees collected
@@ -139,12 +139,23 @@ typedef struct shoal_page_s {
 #define PAGE_FULL   1 /* parked in heap->full, not in a class queue */
 #define PAGE_UNUSED 2 /* the descriptor of a free slice or a header: no blocks */
 
-/* After changing start, block_size, block_divisor or size_class. */
+/* After changing start, block_size, size_class or flags. A page with flags
+ * set (parked, unused) gets no free_divisor: every pointer then fails the
+ * fast path's block test, which so needs no test of its own for them. */
 static inline void page_publish_shape(shoal_page_t *page) {
-  page->shared_divisor = page->block_divisor;
+  page->shared_divisor = page->block_size == 0 ? 0 : UINT64_MAX / page->block_size + 1;
+  page->free_divisor = page->flags == 0 ? page->shared_divisor : 0;
   page->shared_start = page->start;
   page->shared_block_size = page->block_size;
   page->shared_class = page->size_class;
+}
+static inline void page_mark_parked(shoal_page_t *page) {
+  page->flags |= PAGE_FULL;
+  page->free_divisor = 0;
+}
+static inline void page_mark_unparked(shoal_page_t *page) {
+  page->flags &= (uint8_t)~PAGE_FULL;
+  if (page->flags == 0) page->free_divisor = page->shared_divisor;
 }
 
 typedef enum segment_kind_e { SEGMENT_NORMAL = 1, SEGMENT_HUGE = 2 } segment_kind_t;
@@ -158,7 +169,10 @@ typedef struct shoal_segment_s {
                            cost until the kernel wants the memory; still dirty */
   size_t size;          /* bytes mapped (SEGMENT_SIZE, or a huge block's mapping) */
   segment_kind_t kind;
-  uint8_t slice_page[SLICES_PER_SEGMENT]; /* slice -> index of its page's first slice */
+  /* slice -> byte offset from the segment of the descriptor of the page
+   * holding it (that of its first slice), or of its own when free: free
+   * finds its page with one add, no multiply. */
+  uint16_t page_offset[SLICES_PER_SEGMENT];
   shoal_page_t pages[SLICES_PER_SEGMENT]; /* indexed by first slice */
 } shoal_segment_t;
 
@@ -311,14 +325,21 @@ extern _Atomic(uint8_t) segment_map[SEGMENT_MAP_ENTRIES];
 static inline shoal_segment_t *segment_of(const void *p) {
   return (shoal_segment_t *)((uintptr_t)p & ~(uintptr_t)SEGMENT_MASK);
 }
+/* Masked rather than bounds-checked (one instruction less on every free):
+ * an address above the 47-bit user space, which no program can hand out,
+ * reads the entry of the chunk it aliases. */
 static inline bool segment_map_is_head(const void *p) {
-  uintptr_t chunk = (uintptr_t)p >> SEGMENT_SHIFT;
-  return likely(chunk < SEGMENT_MAP_ENTRIES) &&
-         atomic_load_explicit(&segment_map[chunk], memory_order_relaxed) == SEGMENT_MAP_HEAD;
+  uintptr_t chunk = ((uintptr_t)p >> SEGMENT_SHIFT) & (SEGMENT_MAP_ENTRIES - 1);
+  return atomic_load_explicit(&segment_map[chunk], memory_order_relaxed) == SEGMENT_MAP_HEAD;
 }
 static inline shoal_page_t *segment_page_of(shoal_segment_t *segment, const void *p) {
   size_t slice = ((uintptr_t)p & SEGMENT_MASK) >> SLICE_SHIFT;
-  return &segment->pages[segment->slice_page[slice]];
+  return (shoal_page_t *)((uint8_t *)segment + segment->page_offset[slice]);
+}
+/* Slice `slice` now belongs to the page whose first slice is `first`. */
+static inline void segment_slice_set_page(shoal_segment_t *segment, size_t slice, size_t first) {
+  segment->page_offset[slice] =
+      (uint16_t)(offsetof(shoal_segment_t, pages) + first * sizeof(shoal_page_t));
 }
 shoal_segment_t *segment_find(const void *p); /* any pointer into shoal memory, or NULL */
 shoal_page_t *segment_page_alloc(struct shoal_heap_s *heap, size_t slices);
@@ -339,10 +360,10 @@ void page_notify_owner(shoal_page_t *page);
 void page_push_remote(shoal_page_t *page, shoal_block_t *block); /* one CAS, may notify */
 static inline bool is_block_start(const uint8_t *start, uint64_t divisor, const void *p) {
   uint32_t offset = (uint32_t)((const uint8_t *)p - start);
-  return (uint64_t)offset * divisor <= divisor - 1;
+  return (uint64_t)offset * divisor < divisor;
 }
 static inline bool page_is_block_start(const shoal_page_t *page, const void *p) {
-  return is_block_start(page->start, page->block_divisor, p);
+  return is_block_start(page->start, page->shared_divisor, p);
 }
 
 /* ---- heap.c ---- */

@@ -37,7 +37,7 @@ static void huge_set_header(shoal_segment_t *segment, size_t mapped, size_t offs
   segment->size = mapped;
   segment->kind = SEGMENT_HUGE;
   segment->free_slices = 0;
-  memset(segment->slice_page, 0, sizeof segment->slice_page);
+  for (size_t i = 0; i < SLICES_PER_SEGMENT; i++) segment_slice_set_page(segment, i, 0);
   shoal_page_t *page = &segment->pages[0];
   memset(page, 0, sizeof *page);
   page->size_class = CLASS_HUGE;

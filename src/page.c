@@ -21,7 +21,6 @@ void page_init(shoal_page_t *page, shoal_heap_t *heap, size_t block_size, uint8_
                bool is_zero) {
   size_t bytes = (size_t)page->slice_count * SLICE_SIZE;
   page->block_size = (uint32_t)block_size;
-  page->block_divisor = UINT64_MAX / block_size + 1;
   page->size_class = size_class;
   page->reserved = (uint32_t)(bytes / block_size);
   page->capacity = 0;

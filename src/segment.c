@@ -7,9 +7,9 @@
  * caller. Empty segments go back to the arena.
  *
  * Invariants: slice 0 is the header and never free; free_slices has a bit
- * per slice not in any page; slice_page[i] names the first slice of the page
- * holding slice i (or i itself when free); a free slice's descriptor has
- * size_class CLASS_NONE and owner 0, so a stray pointer into it is caught. */
+ * per slice not in any page; page_offset[i] locates the descriptor of the
+ * page holding slice i (its first slice's), or slice i's own when free; a free slice's descriptor
+ * has size_class CLASS_NONE and owner 0, so a stray pointer into it is caught. */
 #include "internal.h"
 
 #include <string.h>
@@ -104,7 +104,7 @@ shoal_page_t *segment_page_alloc(shoal_heap_t *heap, size_t slices) {
   segment->free_slices &= ~mask;
   segment->dirty_slices |= mask;
   segment->lazy_slices &= ~mask;
-  for (size_t i = first; i < first + slices; i++) segment->slice_page[i] = (uint8_t)first;
+  for (size_t i = first; i < first + slices; i++) segment_slice_set_page(segment, i, first);
   shoal_page_t *page = &segment->pages[first];
   memset(page, 0, sizeof *page);
   page->slice_count = (uint8_t)slices;
@@ -130,10 +130,9 @@ bool segment_page_grow(shoal_heap_t *heap, shoal_page_t *page, size_t slices) {
   segment->free_slices &= ~mask;
   segment->dirty_slices |= mask;
   segment->lazy_slices &= ~mask;
-  for (size_t i = first + have; i < first + slices; i++) segment->slice_page[i] = (uint8_t)first;
+  for (size_t i = first + have; i < first + slices; i++) segment_slice_set_page(segment, i, first);
   page->slice_count = (uint8_t)slices;
   page->block_size = (uint32_t)(slices * SLICE_SIZE);
-  page->block_divisor = UINT64_MAX / page->block_size + 1;
   page_publish_shape(page);
   return true;
 }
@@ -193,11 +192,10 @@ void segment_page_free(shoal_heap_t *heap, shoal_page_t *page) {
   shoal_segment_t *segment = segment_of(page);
   size_t first = (size_t)(page - segment->pages), count = page->slice_count;
   uint64_t mask = slice_mask(first, count);
-  for (size_t i = first; i < first + count; i++) segment->slice_page[i] = (uint8_t)i;
+  for (size_t i = first; i < first + count; i++) segment_slice_set_page(segment, i, i);
   atomic_store_explicit(&page->owner, 0, memory_order_relaxed);
   page->size_class = CLASS_NONE;
   page->block_size = 0;
-  page->block_divisor = 0;
   page->flags = PAGE_UNUSED;
   page_publish_shape(page);
   page->free = page->local_free = NULL;
