@@ -106,7 +106,7 @@ SHOAL_API void shoal_collect(bool force);
   X(freed, COUNT, "blocks freed, cumulative")                                                      \
   X(live, COUNT, "allocated - freed")
 
-#define SHOAL_STATS_SIZE_CLASSES 80 /* 16 B to 64 KiB; beyond, large and huge blocks */
+#define SHOAL_STATS_SIZE_CLASSES 56 /* 16 B to 8 KiB; beyond, large and huge blocks */
 
 #define SHOAL_STATS_MEMBER_(name, kind, description) size_t name;
 typedef struct shoal_class_stats_s {
@@ -116,7 +116,7 @@ typedef struct shoal_class_stats_s {
 typedef struct shoal_stats_s {
   SHOAL_STATS_FIELDS(SHOAL_STATS_MEMBER_)
   shoal_class_stats_t classes[SHOAL_STATS_SIZE_CLASSES]; /* smallest block size first */
-  shoal_class_stats_t large; /* over 64 KiB up to 2 MiB: a page of slices each */
+  shoal_class_stats_t large; /* over 8 KiB up to 2 MiB: a page of slices each */
   shoal_class_stats_t huge;  /* over 2 MiB: a mapping each */
 } shoal_stats_t;
 #undef SHOAL_STATS_MEMBER_

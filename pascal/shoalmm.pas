@@ -78,8 +78,8 @@ type
     FreedBlocks: PtrUInt;           { blocks freed, cumulative }
     OutsizedLiveBytes: PtrUInt;     { of LiveBytes, in large and huge blocks }
     CountersEnabled: PtrUInt;       { 0: built with SHOAL_STATISTICS=OFF, counted figures read 0 }
-    Classes: array[0..79] of TShoalClassStats; { SHOAL_STATS_SIZE_CLASSES, smallest first }
-    Large: TShoalClassStats;        { over 64 KiB up to 2 MiB }
+    Classes: array[0..55] of TShoalClassStats; { SHOAL_STATS_SIZE_CLASSES, smallest first }
+    Large: TShoalClassStats;        { over 8 KiB up to 2 MiB }
     Huge: TShoalClassStats;         { over 2 MiB }
   end;
 

@@ -284,7 +284,7 @@ exported void *shoal_calloc(size_t count, size_t size) {
 
 /* Every class is a multiple of the alignments its size allows (size_class.c)
  * and pages start on 64 KiB, so rounding the size up to the alignment is
- * enough below MEDIUM_MAX. */
+ * enough up to MEDIUM_MAX; beyond, a large page starts on 64 KiB too. */
 static void *alloc_aligned(size_t alignment, size_t size, caller_t caller) {
   if (alignment <= WORD_SIZE) return alloc_fast(size, caller);
   if (unlikely(thread_heap == &heap_empty) && diag_interposes())
@@ -451,10 +451,14 @@ static slow_path void *realloc_slow(void *p, size_t size, caller_t caller) {
   if (segment->kind == SEGMENT_NORMAL && page->size_class == CLASS_LARGE && size > usable &&
       size <= LARGE_MAX &&
       atomic_load_explicit(&page->owner, memory_order_relaxed) == (uintptr_t)heap) {
-    /* A large block grows over the free slices after it: no copy. */
+    /* A large block grows into the rest of its slices, or over the free
+     * slices after it: no copy. */
     size_t old_bytes = page->block_size;
     size_t wanted = (size_t)((uint8_t *)p - page->start) + size;
-    if (segment_page_grow(heap, page, (wanted + SLICE_SIZE - 1) / SLICE_SIZE)) {
+    size_t slices = (wanted + SLICE_SIZE - 1) / SLICE_SIZE;
+    if (slices <= page->slice_count || segment_page_grow(heap, page, slices)) {
+      page->block_size = (uint32_t)large_block_bytes(page, wanted);
+      page_publish_shape(page);
       counter_add(&heap->counters.outsized_allocated_bytes, page->block_size - old_bytes);
       return p;
     }

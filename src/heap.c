@@ -271,15 +271,15 @@ void *heap_malloc_large(shoal_heap_t *heap, size_t size, size_t alignment) {
   size_t slices = (size + extra + SLICE_SIZE - 1) / SLICE_SIZE;
   shoal_page_t *page = segment_page_alloc(heap, slices);
   if (page == NULL) return out_of_memory();
-  page_init(page, heap, slices * SLICE_SIZE, CLASS_LARGE, page->is_zero);
+  uint8_t *block = page->start;
+  if (extra != 0)
+    block = (uint8_t *)(((uintptr_t)block + alignment - 1) & ~(uintptr_t)(alignment - 1));
+  size_t offset = (size_t)(block - page->start);
+  page_init(page, heap, large_block_bytes(page, offset + size), CLASS_LARGE, page->is_zero);
+  page->has_aligned = offset != 0;
   page->capacity = page->reserved = 1;
   page->used = page->used_at_fold = 1; /* counted below, not by a pop */
   heap_park(heap, page);
-  uint8_t *block = page->start;
-  if (extra != 0) {
-    block = (uint8_t *)(((uintptr_t)block + alignment - 1) & ~(uintptr_t)(alignment - 1));
-    page->has_aligned = block != page->start;
-  }
   /* Dirty slices may hold a free key; the key of an aligned block is kept
    * at the page start, where free looks for it. */
   ((shoal_block_t *)page->start)->key = 0;

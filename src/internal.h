@@ -61,7 +61,7 @@ typedef const void *caller_t;
 #define MIN_BLOCK_SIZE       16   /* room for the link and the key */
 #define DIRECT_MAX           1024 /* sizes served by heap->direct_page */
 #define DIRECT_SLOTS         (DIRECT_MAX / WORD_SIZE + 1)
-#define MEDIUM_MAX           (64 * 1024)        /* largest size class */
+#define MEDIUM_MAX           (8 * 1024)         /* largest size class */
 #define LARGE_MAX            (SEGMENT_SIZE / 2) /* larger: a huge segment of its own */
 #define PAGE_TARGET_BLOCKS   8                  /* a medium page spans >= this many blocks */
 #define EXTEND_BYTES         4096               /* carve fresh blocks an OS page at a time */
@@ -73,7 +73,7 @@ typedef const void *caller_t;
 
 /* Size classes: 16..128 in steps of 16, then 8 classes per doubling up to
  * MEDIUM_MAX; every block 16-byte aligned (size_class.c says why). */
-#define CLASS_COUNT   80
+#define CLASS_COUNT   56
 #define CLASS_LARGE   CLASS_COUNT       /* single-block page of slices */
 #define CLASS_HUGE    (CLASS_COUNT + 1) /* the page of a huge segment */
 #define CLASS_NONE    (CLASS_COUNT + 2) /* descriptor of a free slice or a header */
@@ -348,6 +348,16 @@ bool segment_page_grow(struct shoal_heap_s *heap, shoal_page_t *page, size_t sli
 void segment_map_set(shoal_segment_t *segment, size_t size, uint8_t head);
 void segment_purge_heap(struct shoal_heap_s *heap);
 void segment_purge_heap_lazy(struct shoal_heap_s *heap);
+
+/* The block size of a large page whose block must reach `bytes` past its
+ * start: whole OS pages, not whole slices. What lies beyond in the page's
+ * last slice is never touched, so costs no memory, and lets the block grow
+ * in place (realloc) without a copy; a copy moves only the OS pages. */
+static inline size_t large_block_bytes(const shoal_page_t *page, size_t bytes) {
+  size_t rounded = (bytes + os_page_size() - 1) & ~(os_page_size() - 1);
+  size_t capacity = (size_t)page->slice_count * SLICE_SIZE;
+  return rounded < capacity ? rounded : capacity;
+}
 
 /* ---- page.c ---- */
 void page_init(shoal_page_t *page, struct shoal_heap_s *heap, size_t block_size, uint8_t size_class,

@@ -83,11 +83,19 @@ static size_t pending_bytes(const shoal_segment_t *segment, uint64_t mask) {
  * taking a fresh segment from the arena when none has room. The descriptor
  * comes back with slice_count, is_zero and start set; page_init does the rest. */
 shoal_page_t *segment_page_alloc(shoal_heap_t *heap, size_t slices) {
-  shoal_segment_t *segment;
-  uint64_t runs = 0;
+  /* Slices already touched first: reusing them costs no new memory, while
+   * untouched ones would add to the resident set (and fault). */
+  shoal_segment_t *segment, *clean_segment = NULL;
+  uint64_t runs = 0, clean_runs = 0;
   for (segment = heap->segments; segment != NULL; segment = segment->next) {
-    runs = free_runs(segment->free_slices, slices);
+    runs = free_runs(segment->free_slices & segment->dirty_slices, slices);
     if (runs != 0) break;
+    if (clean_segment == NULL && (clean_runs = free_runs(segment->free_slices, slices)) != 0)
+      clean_segment = segment;
+  }
+  if (segment == NULL && clean_segment != NULL) {
+    segment = clean_segment;
+    runs = clean_runs;
   }
   if (segment == NULL) {
     segment = arena_segment_acquire();
@@ -117,8 +125,9 @@ shoal_page_t *segment_page_alloc(shoal_heap_t *heap, size_t slices) {
   return page;
 }
 
-/* Grow a single-block page in place over the free slices that follow it.
- * Owner only. False when they are taken or the segment ends first. */
+/* Grow a single-block page in place over the free slices that follow it;
+ * its block_size is the caller's to set. Owner only. False when they are
+ * taken or the segment ends first. */
 bool segment_page_grow(shoal_heap_t *heap, shoal_page_t *page, size_t slices) {
   shoal_segment_t *segment = segment_of(page);
   size_t first = (size_t)(page - segment->pages), have = page->slice_count;
@@ -132,8 +141,6 @@ bool segment_page_grow(shoal_heap_t *heap, shoal_page_t *page, size_t slices) {
   segment->lazy_slices &= ~mask;
   for (size_t i = first + have; i < first + slices; i++) segment_slice_set_page(segment, i, first);
   page->slice_count = (uint8_t)slices;
-  page->block_size = (uint32_t)(slices * SLICE_SIZE);
-  page_publish_shape(page);
   return true;
 }
 

@@ -465,6 +465,29 @@ static void test_page_allocations(const api_t *api) {
  * for, of plain and of aligned blocks: it must free exactly that block
  * (the live figures checked at the end would show a leak, a wrong block
  * would break the ring's patterns or be reported as a bad free). */
+/* Large blocks (beyond the size classes, up to 2 MiB) are pages of 64 KiB
+ * slices whose usable size is the request rounded to an OS page, so that a
+ * copy moves only what may have been written, and realloc grows them in
+ * place while the slices have room. */
+static void test_large_blocks_grow_in_place(void) {
+  size_t sizes[] = {8 * KIB + 1, 9000, 20 * KIB, 64 * KIB - 100, 100 * KIB, MIB};
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+    size_t size = sizes[i];
+    uint8_t *block = shoal_malloc(opaque_size(size));
+    CHECK(block != NULL);
+    size_t usable = shoal_malloc_usable_size(block);
+    size_t by_page = (size + page_size - 1) / page_size * page_size;
+    CHECK_CTX(usable == by_page, "malloc(%zu): usable %zu, not %zu", size, usable, by_page);
+    pattern_fill(block, size, 7 + i);
+    size_t room = (size + 64 * KIB - 1) / (64 * KIB) * (64 * KIB); /* the slices it spans */
+    uint8_t *grown = shoal_realloc(block, opaque_size(room));
+    CHECK_CTX(grown == block, "realloc(%zu -> %zu) moved a block that had room", size, room);
+    CHECK(shoal_malloc_usable_size(grown) == room && pattern_check(grown, size, 7 + i));
+    memset(grown + size, 0x5a, room - size); /* all of it writable */
+    shoal_free(grown);
+  }
+}
+
 static void test_free_sized(void) {
   live_ring_t ring = {0};
   for (size_t i = 0; i < sweep_size_count; i += 7) {
@@ -532,6 +555,7 @@ int main(void) {
   }
   test_free_sized();
   test_owns_foreign();
+  test_large_blocks_grow_in_place();
 
   shoal_collect(true);
   shoal_stats_t after;

@@ -28,7 +28,7 @@ typedef struct size_plan_s {
 } size_plan_t;
 
 static const size_plan_t plans[] = {
-    {48, 2000}, {200, 1000}, {3000, 300}, {20000, 60}, {200000, 6}, {3 << 20, 1},
+    {48, 2000}, {200, 1000}, {3000, 300}, {7000, 60}, {200000, 6}, {3 << 20, 1},
 };
 #define PLAN_COUNT (sizeof plans / sizeof plans[0])
 
@@ -70,7 +70,7 @@ static void *worker_run(void *argument) {
 /* The row that holds blocks of `size`: a size class, or large, or huge. */
 static const shoal_class_stats_t *row_of(const shoal_stats_t *stats, size_t size) {
   if (size > (size_t)2 << 20) return &stats->huge;
-  if (size > (size_t)64 << 10) return &stats->large;
+  if (size > stats->classes[SHOAL_STATS_SIZE_CLASSES - 1].block_size) return &stats->large;
   for (int c = 0; c < SHOAL_STATS_SIZE_CLASSES; c++)
     if (stats->classes[c].block_size >= size) return &stats->classes[c];
   return NULL;
