@@ -202,9 +202,10 @@ slow_path void free_slow(void *p, size_t size_hint, caller_t caller) {
    * sized delete took us here: the ordinary path now. */
   shoal_heap_t *heap = thread_heap;
   if (atomic_load_explicit(&page->owner, memory_order_relaxed) == (uintptr_t)heap) {
-    block->next = page->local_free;
+    block->next = page->free;
     block->key = free_key;
-    page->local_free = block;
+    page->free = block;
+    page->is_zero = 0;
     if (--page->used == 0 || page->flags != 0) heap_page_freed(heap, page);
   } else {
     free_remote(page, block);

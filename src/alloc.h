@@ -5,7 +5,7 @@
  * free:   a segment-map byte, a mask, the page descriptor (one add), a
  *         multiply that checks the pointer is a block start (and, through a
  *         zero divisor, that the page is not parked), the double-free key,
- *         and a push on the page's local list when this thread owns it.
+ *         and a push on the page's free list when this thread owns it.
  *         In a loop that frees at random, every instruction here narrows
  *         how many of the program's cache misses the core overlaps: going
  *         from 42 to 35 made smallobj's random phase 15 % faster.
@@ -73,9 +73,10 @@ fast_path void free_fast(void *p, size_t size_hint, caller_t caller) {
   if (unlikely(!is_block_start(page->start, page->free_divisor, p) || block->key == key ||
                size_hint > page->block_size))
     return free_slow(p, size_hint, caller);
-  block->next = page->local_free;
+  block->next = page->free;
   block->key = key;
-  page->local_free = block;
+  page->free = block;
+  page->is_zero = 0;
   if (unlikely(--page->used == 0)) heap_page_freed(heap, page);
 }
 

@@ -112,7 +112,6 @@ typedef struct shoal_page_s {
   struct shoal_page_s *next, *prev; /* (owner) class queue or full list */
   /* Line 2, owner-hot: what the owner's malloc and free touch. */
   shoal_block_t *free cache_aligned; /* blocks to hand out next */
-  shoal_block_t *local_free;         /* blocks the owner freed since the last collect */
   uint32_t used;                     /* handed out, incl. remote frees not yet collected */
   uint32_t capacity;                 /* blocks carved so far */
   uint64_t free_divisor; /* shared_divisor while the fast path may free here, else 0 (parked) */

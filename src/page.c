@@ -1,12 +1,15 @@
 /* page.c — a run of blocks of one size: carve, collect, park.
  *
- * A page has three free lists, so the owner never needs an atomic to
- * allocate or to free its own blocks (the layout of mimalloc's free-list
- * sharding, Leijen et al. 2019):
- *   free          blocks to hand out (owner);
- *   local_free    blocks the owner freed (owner);
+ * A page has two free lists, so the owner never needs an atomic to
+ * allocate or to free its own blocks:
+ *   free          blocks to hand out, and the owner's frees (owner);
  *   xthread_free  blocks other threads freed, pushed with one CAS each.
- * When `free` runs dry the slow path collects the other two. A page whose
+ * When `free` runs dry the slow path collects the other. The owner frees
+ * onto `free` itself, last in first out, so a block freed is the next one
+ * handed out while still in cache. (A third list for the owner's frees, as
+ * in mimalloc's free-list sharding, handed out blocks freed long before and
+ * sent every few mallocs to the slow path: a replay of cc1 ran 10 % slower
+ * so.) A page whose
  * blocks are all out is "parked" in the heap's full list with bit 0 of
  * xthread_free set; the first remote free clears the bit and queues the page
  * on the owner's notify stack, so a parked page never has to be scanned
@@ -26,7 +29,7 @@ void page_init(shoal_page_t *page, shoal_heap_t *heap, size_t block_size, uint8_
   page->capacity = 0;
   page->used = page->used_at_fold = 0;
   page->unfolded_allocs = 0;
-  page->free = page->local_free = NULL;
+  page->free = NULL;
   page->is_zero = is_zero;
   page->flags = 0;
   page->has_aligned = 0;
@@ -53,19 +56,8 @@ bool page_extend(shoal_page_t *page) {
   return true;
 }
 
-/* Move the owner's and other threads' frees onto `free`; returns how many
- * blocks came from other threads. */
+/* Move other threads' frees onto `free`; returns how many there were. */
 size_t page_collect(shoal_page_t *page) {
-  if (page->local_free != NULL) {
-    if (page->free != NULL) { /* rare (explicit collect): splice at the tail */
-      shoal_block_t *tail = page->local_free;
-      while (tail->next != NULL) tail = tail->next;
-      tail->next = page->free;
-    }
-    page->free = page->local_free;
-    page->local_free = NULL;
-    page->is_zero = 0;
-  }
   uintptr_t head = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
   if ((head & ~NOTIFY_BIT) == 0) return 0;
   /* Keep the notify bit as it is; take the list. */

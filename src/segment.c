@@ -205,7 +205,7 @@ void segment_page_free(shoal_heap_t *heap, shoal_page_t *page) {
   page->block_size = 0;
   page->flags = PAGE_UNUSED;
   page_publish_shape(page);
-  page->free = page->local_free = NULL;
+  page->free = NULL;
   page->used = page->used_at_fold = 0;
   segment->free_slices |= mask;
   atomic_fetch_sub_explicit(&stat_pages, 1, memory_order_relaxed);
