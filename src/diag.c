@@ -13,16 +13,24 @@
 #include "diag.h"
 #include "trace_format.h"
 
+#include <dlfcn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unwind.h>
 
-/* The unwinder is libgcc's; a program linked with libshoal.a may lack it,
- * and then call sites have one frame. */
+/* The unwinder is libgcc's. Bound here when the program has it (C++ does);
+ * otherwise loaded when a diagnostic that names call sites starts
+ * (diag_load_unwinder): linking libgcc_s into every process cost 100 KiB of
+ * resident memory. Without it, call sites have one frame. */
 #pragma weak _Unwind_Backtrace
 #pragma weak _Unwind_GetIP
+typedef _Unwind_Reason_Code (*unwind_backtrace_fn)(_Unwind_Trace_Fn, void *);
+typedef _Unwind_Ptr (*unwind_get_ip_fn)(struct _Unwind_Context *);
+static _Atomic(unwind_backtrace_fn) unwind_backtrace;
+static _Atomic(unwind_get_ip_fn) unwind_get_ip;
+size_t unwinder_live[SHOAL_STATS_SIZE_CLASSES];
 
 _Atomic(int) diag_modes;
 __attribute__((tls_model("initial-exec"))) _Thread_local bool diag_inside;
@@ -59,7 +67,8 @@ typedef struct unwind_walk_s {
 
 static _Unwind_Reason_Code unwind_step(struct _Unwind_Context *context, void *argument) {
   unwind_walk_t *walk = argument;
-  const void *ip = (const void *)_Unwind_GetIP(context);
+  unwind_get_ip_fn get_ip = atomic_load_explicit(&unwind_get_ip, memory_order_relaxed);
+  const void *ip = (const void *)get_ip(context);
   if (walk->stored == 0) {
     if (ip == walk->site->frames[0]) walk->stored = 1;
     return ++walk->skipped > 32 ? _URC_END_OF_STACK : _URC_NO_REASON;
@@ -73,9 +82,10 @@ static _Unwind_Reason_Code unwind_step(struct _Unwind_Context *context, void *ar
 void site_capture(site_t *site, caller_t caller) {
   memset(site, 0, sizeof *site);
   site->frames[0] = caller;
-  if (_Unwind_Backtrace == NULL || _Unwind_GetIP == NULL) return;
+  unwind_backtrace_fn backtrace = atomic_load_explicit(&unwind_backtrace, memory_order_acquire);
+  if (backtrace == NULL) return;
   unwind_walk_t walk = {site, 0, 0};
-  _Unwind_Backtrace(unwind_step, &walk);
+  backtrace(unwind_step, &walk);
   if (walk.stored == 0) memset(&site->frames[1], 0, sizeof site->frames - sizeof site->frames[0]);
 }
 
@@ -357,6 +367,34 @@ void diag_init(void) {
     verbose("diagnostics on:%s%s%s%s", (modes & DIAG_LEAKS) ? " leaks" : "",
             (modes & DIAG_CHECK) ? " check" : "", (modes & DIAG_CONTENTION) ? " contention" : "",
             (modes & DIAG_TRACE) ? " trace" : "");
+}
+
+/* Called once the library is initialised (its constructor), never from
+ * inside an allocation: dlopen allocates, and takes the loader's lock. */
+void diag_load_unwinder(void) {
+  if (!(diag_mode() & (DIAG_LEAKS | DIAG_CHECK | DIAG_CONTENTION))) return;
+  unwind_backtrace_fn backtrace = NULL;
+  unwind_get_ip_fn get_ip = NULL;
+  if (_Unwind_Backtrace != NULL && _Unwind_GetIP != NULL) {
+    backtrace = _Unwind_Backtrace;
+    get_ip = _Unwind_GetIP;
+  } else {
+    /* What the loader keeps of this is the runtime's, not the program's:
+     * the sampled leak report leaves it out of its counts. */
+    static shoal_stats_t before, after;
+    shoal_stats_get(&before);
+    void *libgcc = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL);
+    shoal_stats_get(&after);
+    for (size_t i = 0; i < SHOAL_STATS_SIZE_CLASSES; i++)
+      if (after.classes[i].live > before.classes[i].live)
+        unwinder_live[i] = after.classes[i].live - before.classes[i].live;
+    if (libgcc == NULL) return;
+    *(void **)&backtrace = dlsym(libgcc, "_Unwind_Backtrace");
+    *(void **)&get_ip = dlsym(libgcc, "_Unwind_GetIP");
+    if (backtrace == NULL || get_ip == NULL) return;
+  }
+  atomic_store_explicit(&unwind_get_ip, get_ip, memory_order_relaxed);
+  atomic_store_explicit(&unwind_backtrace, backtrace, memory_order_release);
 }
 
 void diag_collect(void) {

@@ -39,6 +39,8 @@ void site_capture(site_t *site, caller_t caller);
 size_t site_format(const site_t *site, char *out, size_t capacity);
 
 /* A line to stderr (or the report file) longer than message() allows. */
+/* Blocks of each size class the loader kept when the unwinder was loaded. */
+extern size_t unwinder_live[SHOAL_STATS_SIZE_CLASSES];
 void diag_write(int fd, const char *format, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- locks ----

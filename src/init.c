@@ -52,4 +52,5 @@ void process_init(void) {
 
 __attribute__((constructor)) static void shoal_constructor(void) {
   process_init();
+  diag_load_unwinder();
 }

@@ -442,7 +442,8 @@ static inline shoal_heap_t *thread_heap_own(void) {
   return thread_heap_parked != NULL ? thread_heap_parked : thread_heap;
 }
 void diag_init(void);
-void diag_collect(void); /* shoal_collect(true): checked mode empties its quarantine */
+void diag_load_unwinder(void); /* from the constructor: names call sites in full */
+void diag_collect(void);       /* shoal_collect(true): checked mode empties its quarantine */
 void diag_fork_prepare(void);
 void diag_fork_parent(void);
 void diag_fork_child(void);

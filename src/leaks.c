@@ -312,16 +312,21 @@ static size_t set_runtime_apart(leak_t *items, size_t count, size_t *blocks, siz
 
 /* Sampled mode: the exact live blocks of each size class, summed from the
  * core's counters, stand in for the by-size table. */
-static size_t class_leaks(leak_t *items, size_t *blocks, size_t *bytes) {
+static size_t class_leaks(leak_t *items, size_t *blocks, size_t *bytes, size_t *runtime_blocks,
+                          size_t *runtime_bytes) {
   static shoal_stats_t stats; /* at exit, once */
   shoal_stats_get(&stats);
   size_t used = 0;
   for (size_t i = 0; i < SHOAL_STATS_SIZE_CLASSES; i++) {
-    if (stats.classes[i].live == 0) continue;
+    size_t runtime =
+        unwinder_live[i] < stats.classes[i].live ? unwinder_live[i] : stats.classes[i].live;
+    *runtime_blocks += runtime;
+    *runtime_bytes += runtime * stats.classes[i].block_size;
+    if (stats.classes[i].live == runtime) continue;
     memset(&items[used], 0, sizeof items[used]);
     items[used].size = stats.classes[i].block_size;
-    items[used].blocks = stats.classes[i].live;
-    items[used].bytes = stats.classes[i].live * stats.classes[i].block_size;
+    items[used].blocks = stats.classes[i].live - runtime;
+    items[used].bytes = items[used].blocks * stats.classes[i].block_size;
     used++;
   }
   if (stats.large.live + stats.huge.live != 0) { /* sizes vary: one row for all */
@@ -331,8 +336,8 @@ static size_t class_leaks(leak_t *items, size_t *blocks, size_t *bytes) {
     items[used].bytes = stats.outsized_live_bytes;
     used++;
   }
-  *blocks = stats.live_blocks;
-  *bytes = stats.live_bytes;
+  *blocks = stats.live_blocks - *runtime_blocks;
+  *bytes = stats.live_bytes - *runtime_bytes;
   return used;
 }
 
@@ -362,7 +367,7 @@ void leaks_report(void) {
     for (size_t i = 0; i < list.count; i++)
       blocks += list.items[i].blocks, bytes += list.items[i].bytes;
   } else {
-    classes = class_leaks(by_class, &blocks, &bytes);
+    classes = class_leaks(by_class, &blocks, &bytes, &runtime_blocks, &runtime_bytes);
   }
   if (blocks == 0) {
     diag_write(fd, "shoal: leak report: no leaks, every block was freed");
