@@ -93,7 +93,8 @@ type
     soVerbose,        { 1: say what shoal decides on stderr }
     soReallocGrowth,  { 1: over-allocate on realloc growth }
     soLeaksSample,    { SHOAL_LEAKS: one sample per this many bytes }
-    soCheckQuarantine { SHOAL_CHECK: bytes of freed blocks held back }
+    soCheckQuarantine, { SHOAL_CHECK: bytes of freed blocks held back }
+    soHugePages       { 1: back huge blocks with transparent huge pages }
   );
 
 { True when this unit installed shoal as the memory manager. }

@@ -273,6 +273,10 @@ void *api_calloc(size_t count, size_t size, caller_t caller) {
     errno = ENOMEM;
     return NULL;
   }
+  /* Big zeroed arrays are the blocks programs touch sparsely: kept from
+   * huge pages (large.c), which would make every touch cost 2 MiB. */
+  if (unlikely(total > LARGE_MAX) && thread_heap != &heap_empty)
+    return heap_calloc_huge(thread_heap, total);
   void *p = alloc_fast(total, caller);
   return p == NULL ? NULL : zero_block(p, total);
 }

@@ -256,16 +256,24 @@ void *heap_malloc_medium(shoal_heap_t *heap, size_t size) {
 
 /* A block of its own: slices of a segment up to LARGE_MAX, a huge segment
  * beyond. The page is parked from the start so a remote free reaches us. */
+static void *heap_malloc_huge(shoal_heap_t *heap, size_t size, size_t alignment, bool zero) {
+  void *block = huge_alloc(size, alignment, zero);
+  if (block == NULL) return out_of_memory();
+  counter_add(&heap->counters.allocated[CLASS_HUGE], 1);
+  counter_add(&heap->counters.outsized_allocated_bytes,
+              huge_usable_size(segment_find(block), block));
+  return block;
+}
+
+void *heap_calloc_huge(shoal_heap_t *heap, size_t size) {
+  if (size > PTRDIFF_MAX) return out_of_memory();
+  return heap_malloc_huge(heap, size, 0, true);
+}
+
 void *heap_malloc_large(shoal_heap_t *heap, size_t size, size_t alignment) {
   size_t extra = alignment > SLICE_SIZE ? alignment - SLICE_SIZE : 0;
-  if (size > LARGE_MAX || size + extra > LARGE_MAX) {
-    void *block = huge_alloc(size, alignment, false);
-    if (block == NULL) return out_of_memory();
-    counter_add(&heap->counters.allocated[CLASS_HUGE], 1);
-    counter_add(&heap->counters.outsized_allocated_bytes,
-                huge_usable_size(segment_find(block), block));
-    return block;
-  }
+  if (size > LARGE_MAX || size + extra > LARGE_MAX)
+    return heap_malloc_huge(heap, size, alignment, false);
   heap_drain_notified(heap);
   heap_maybe_purge(heap);
   size_t slices = (size + extra + SLICE_SIZE - 1) / SLICE_SIZE;
@@ -422,8 +430,10 @@ void heap_collect(shoal_heap_t *heap, bool force) {
       page = next;
     }
   }
-  if (force)
+  if (force) {
     segment_purge_heap(heap);
-  else
+    huge_cache_trim(true);
+  } else {
     heap_maybe_purge(heap);
+  }
 }

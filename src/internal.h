@@ -229,6 +229,9 @@ void os_purge(void *address, size_t size);
 /* Let the kernel take the pages when it needs memory; until then touching
  * them again costs nothing. Contents are undefined after. */
 void os_purge_lazy(void *address, size_t size);
+/* Ask for transparent huge pages (where the system leaves it to madvise):
+ * the range then faults in 2 MiB at a time. */
+void os_advise_huge_pages(void *address, size_t size);
 /* Grow or shrink a mapping, moving it (without copying) to an address
  * aligned to `alignment` when it cannot stay. NULL on failure, old intact. */
 void *os_remap_aligned(void *address, size_t old_size, size_t new_size, size_t alignment);
@@ -382,6 +385,9 @@ extern shoal_page_t page_empty;
 shoal_heap_t *heap_get_or_create(void);
 void *heap_malloc_slow(shoal_heap_t *heap, size_t size);
 void *heap_malloc_medium(shoal_heap_t *heap, size_t size);
+/* calloc beyond LARGE_MAX: zeroed (fresh memory as it is, a cached block
+ * cleared), and a fresh one not asked to use huge pages. */
+void *heap_calloc_huge(shoal_heap_t *heap, size_t size);
 void *heap_malloc_large(shoal_heap_t *heap, size_t size, size_t alignment);
 void heap_queue_push(shoal_heap_t *heap, shoal_page_t *page);
 void heap_page_retire(shoal_heap_t *heap, shoal_page_t *page);

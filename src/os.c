@@ -97,6 +97,12 @@ void os_purge(void *address, size_t size) {
   errno = saved;
 }
 
+void os_advise_huge_pages(void *address, size_t size) {
+  int saved = errno;
+  madvise(address, size, MADV_HUGEPAGE); /* EINVAL without THP: nothing to do */
+  errno = saved;
+}
+
 void os_purge_lazy(void *address, size_t size) {
   int saved = errno;
   if (madvise(address, size, MADV_FREE) != 0) madvise(address, size, MADV_DONTNEED);

@@ -488,6 +488,52 @@ static void test_large_blocks_grow_in_place(void) {
   }
 }
 
+/* Whether the mapping holding p carries the kernel's "hg" flag (madvised
+ * for transparent huge pages), from /proc/self/smaps. */
+static bool mapping_asks_huge_pages(const void *p) {
+  FILE *smaps = fopen("/proc/self/smaps", "r");
+  CHECK(smaps != NULL);
+  char line[512];
+  bool inside = false, huge = false;
+  while (fgets(line, sizeof line, smaps) != NULL) {
+    unsigned long start, end;
+    if (sscanf(line, "%lx-%lx ", &start, &end) == 2 && strchr(line, ':') != NULL &&
+        line[0] != 'V') {
+      inside = (uintptr_t)p >= start && (uintptr_t)p < end;
+      continue;
+    }
+    if (inside && strncmp(line, "VmFlags:", 8) == 0) {
+      huge = strstr(line, " hg") != NULL;
+      break;
+    }
+  }
+  fclose(smaps);
+  return huge;
+}
+
+/* SHOAL_HUGE_PAGES (on by default): huge blocks from malloc, and those
+ * realloc grows, ask for transparent huge pages; calloc's do not. */
+static void test_huge_pages_advice(void) {
+  CHECK(shoal_option_get(SHOAL_OPTION_HUGE_PAGES) == 1);
+  shoal_collect(true); /* empties the cache of freed huge blocks: the next ones are fresh */
+  void *written = shoal_malloc(opaque_size(8 * MIB));
+  void *zeroed = shoal_calloc(1, opaque_size(8 * MIB + 4096));
+  CHECK(written != NULL && zeroed != NULL);
+  CHECK_CTX(mapping_asks_huge_pages(written), "malloc(8 MiB) did not ask for huge pages");
+  CHECK_CTX(!mapping_asks_huge_pages(zeroed), "calloc(8 MiB) asked for huge pages");
+  zeroed = shoal_realloc(zeroed, opaque_size(16 * MIB));
+  CHECK(zeroed != NULL && mapping_asks_huge_pages(zeroed));
+  shoal_free(written);
+  shoal_free(zeroed);
+  shoal_collect(true); /* empties the cache of freed huge blocks: the next ones are fresh */
+  shoal_option_set(SHOAL_OPTION_HUGE_PAGES, 0);
+  void *plain = shoal_malloc(opaque_size(12 * MIB + 8192));
+  CHECK(plain != NULL);
+  CHECK_CTX(!mapping_asks_huge_pages(plain), "SHOAL_HUGE_PAGES=0 but malloc asked for huge pages");
+  shoal_free(plain);
+  shoal_option_set(SHOAL_OPTION_HUGE_PAGES, 1);
+}
+
 static void test_free_sized(void) {
   live_ring_t ring = {0};
   for (size_t i = 0; i < sweep_size_count; i += 7) {
@@ -556,6 +602,7 @@ int main(void) {
   test_free_sized();
   test_owns_foreign();
   test_large_blocks_grow_in_place();
+  test_huge_pages_advice();
 
   shoal_collect(true);
   shoal_stats_t after;
