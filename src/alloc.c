@@ -126,7 +126,7 @@ void heap_page_freed(shoal_heap_t *heap, shoal_page_t *page) {
     heap_page_retire(heap, page);
     return;
   }
-  heap_queue_push(heap, page);
+  heap_queue_push_back(heap, page);
   if (page->used == 0) heap_page_retire(heap, page);
 }
 

@@ -79,6 +79,22 @@ void heap_queue_push(shoal_heap_t *heap, shoal_page_t *page) {
   heap_direct_update(heap, page->size_class);
 }
 
+/* A page back from the full list, with a block or a few free: behind the
+ * pages being served. At the front, the next malloc would take its one
+ * block and the one after would park it again; a loader freeing into full
+ * pages as it went paid a slow path on every other malloc so. */
+void heap_queue_push_back(shoal_heap_t *heap, shoal_page_t *page) {
+  page_queue_t *queue = &heap->queues[page->size_class];
+  page->next = NULL;
+  page->prev = queue->last;
+  if (queue->last != NULL)
+    queue->last->next = page;
+  else
+    queue->first = page;
+  queue->last = page;
+  if (queue->first == page) heap_direct_update(heap, page->size_class);
+}
+
 /* Park a page with no free block; false when remote frees beat us to it. */
 static bool heap_park(shoal_heap_t *heap, shoal_page_t *page) {
   if (!page_park_full(page)) return false;
@@ -137,7 +153,7 @@ static void heap_take_notified_page(shoal_heap_t *heap, shoal_page_t *page, bool
     if (!abandoned && page->size_class != CLASS_LARGE) break;
     if (heap_park(heap, page)) return;
   }
-  heap_queue_push(heap, page);
+  heap_queue_push_back(heap, page);
   if (page->used == 0) heap_page_retire(heap, page);
 }
 
@@ -318,7 +334,7 @@ static void heap_take_over(shoal_heap_t *heap) {
     if (page->size_class != CLASS_LARGE && page_unpark(page)) {
       heap_unpark_listed(heap, page);
       page_collect(page);
-      heap_queue_push(heap, page);
+      heap_queue_push_back(heap, page);
     }
     page = next;
   }

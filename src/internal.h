@@ -390,6 +390,7 @@ void *heap_malloc_medium(shoal_heap_t *heap, size_t size);
 void *heap_calloc_huge(shoal_heap_t *heap, size_t size);
 void *heap_malloc_large(shoal_heap_t *heap, size_t size, size_t alignment);
 void heap_queue_push(shoal_heap_t *heap, shoal_page_t *page);
+void heap_queue_push_back(shoal_heap_t *heap, shoal_page_t *page);
 void heap_page_retire(shoal_heap_t *heap, shoal_page_t *page);
 void heap_drain_notified(shoal_heap_t *heap);
 bool heap_remote_cache_push(shoal_heap_t *heap, uint8_t size_class, shoal_block_t *block);

@@ -52,10 +52,14 @@ int main(void) {
   CHECK(pthread_create(&thread, NULL, free_all, NULL) == 0);
   pthread_join(thread, NULL);
   CHECK(atomic_load(&thread_heap->notified) == page);
-  shoal_collect(false); /* drains the notification: the page leads its queue again */
-  void *again = shoal_malloc(48);
-  CHECK(again == same[5]); /* served from the notified page */
+  shoal_collect(false); /* drains the notification: the page is back in its queue */
   CHECK((page->flags & PAGE_FULL) == 0);
+  /* Behind the page serving the class, so that its one free block does not
+   * make every other malloc a slow path. */
+  CHECK(thread_heap->queues[page->size_class].last == page);
+  CHECK(thread_heap->queues[page->size_class].first != page);
+  void *again = shoal_malloc(48);
+  CHECK(again != same[5] && segment_page_of(segment_of(again), again) != page);
 
   /* Freeing every block returns the page's slices to its segment. */
   shoal_stats_t full_pages;
