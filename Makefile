@@ -48,7 +48,7 @@ format-check:
 # The C suite under every allocator, then (when fpc is here and no subset was
 # asked for) the seeds' Pascal experiments under FPC's heap, cmem and ShoalMM.
 bench: build
-	python3 bench/run.py $(if $(FULL),--full) $(if $(ONLY),--only $(ONLY)) $(if $(ALLOC),--alloc $(ALLOC))
+	python3 bench/run.py $(if $(FULL),--full) $(if $(ONLY),--only $(ONLY)) $(if $(ALLOC),--alloc $(ALLOC)) $(if $(RUNS),--runs $(RUNS))
 	@if [ -z "$(ONLY)$(ALLOC)" ] && command -v fpc >/dev/null; then \
 	  bash pascal/bench/run.sh bench/results/$$(date +%F)-pascal.md $(BUILD); \
 	fi
