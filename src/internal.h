@@ -203,7 +203,8 @@ typedef struct shoal_heap_s {
   shoal_page_t *direct_page[DIRECT_SLOTS]; /* (owner) first page for each 8-byte size step */
   page_queue_t queues[CLASS_COUNT];        /* (owner) pages that may have free blocks */
   page_queue_t full;                       /* (owner) pages parked until notified */
-  shoal_segment_t *segments;               /* (owner) segments with a free slice, or not */
+  shoal_segment_t *segments;               /* (owner) its segments that have a free slice (full ones
+                                              aren't listed: a page allocation walks only what may serve) */
   heap_counters_t counters;
   /* (owner) Other threads' blocks this thread freed, kept to serve its own
    * next allocations of the class, as a pseudo page the fast path pops like

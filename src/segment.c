@@ -8,8 +8,10 @@
  *
  * Invariants: slice 0 is the header and never free; free_slices has a bit
  * per slice not in any page; page_offset[i] locates the descriptor of the
- * page holding slice i (its first slice's), or slice i's own when free; a free slice's descriptor
- * has size_class CLASS_NONE and owner 0, so a stray pointer into it is caught. */
+ * page holding slice i (its first slice's), or slice i's own when free; a free slice's
+ * descriptor has size_class CLASS_NONE and owner 0, so a stray pointer into it is caught;
+ * a segment is in its heap's list exactly while it has a free slice (a heap of 1 GiB in
+ * small blocks walked 250 full segments on every page it took). */
 #include "internal.h"
 
 #include <string.h>
@@ -112,6 +114,7 @@ shoal_page_t *segment_page_alloc(shoal_heap_t *heap, size_t slices) {
   segment->free_slices &= ~mask;
   segment->dirty_slices |= mask;
   segment->lazy_slices &= ~mask;
+  if (segment->free_slices == 0) heap_segment_unlink(heap, segment);
   for (size_t i = first; i < first + slices; i++) segment_slice_set_page(segment, i, first);
   shoal_page_t *page = &segment->pages[first];
   memset(page, 0, sizeof *page);
@@ -139,6 +142,7 @@ bool segment_page_grow(shoal_heap_t *heap, shoal_page_t *page, size_t slices) {
   segment->free_slices &= ~mask;
   segment->dirty_slices |= mask;
   segment->lazy_slices &= ~mask;
+  if (segment->free_slices == 0) heap_segment_unlink(heap, segment);
   for (size_t i = first + have; i < first + slices; i++) segment_slice_set_page(segment, i, first);
   page->slice_count = (uint8_t)slices;
   return true;
@@ -207,15 +211,17 @@ void segment_page_free(shoal_heap_t *heap, shoal_page_t *page) {
   page_publish_shape(page);
   page->free = NULL;
   page->used = page->used_at_fold = 0;
+  bool was_full = segment->free_slices == 0; /* then out of the heap's list */
   segment->free_slices |= mask;
   atomic_fetch_sub_explicit(&stat_pages, 1, memory_order_relaxed);
 
   if (segment->free_slices == (SLICES_ALL & ~SLICE_HEADER_BITS)) {
     heap->purge_pending_bytes -= pending_bytes(segment, SLICES_ALL & ~mask);
-    heap_segment_unlink(heap, segment);
+    if (!was_full) heap_segment_unlink(heap, segment);
     arena_segment_release(segment);
     return;
   }
+  if (was_full) heap_segment_link(heap, segment);
   heap->purge_pending_bytes += pending_bytes(segment, mask);
   long delay = option(SHOAL_OPTION_PURGE_DELAY);
   if (delay == 0) {
