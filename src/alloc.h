@@ -68,7 +68,7 @@ fast_path void free_fast(void *p, size_t size_hint, caller_t caller) {
   shoal_heap_t *heap = thread_heap;
   if (unlikely(segment->heap != heap)) return free_not_local(page, p, size_hint, caller);
   shoal_block_t *block = p;
-  uintptr_t key = free_key; /* once: the stores below could alias it */
+  uintptr_t key = heap->free_key; /* once: the stores below could alias it */
   /* A parked or unused page has no free_divisor: the block test sends it on. */
   if (unlikely(!is_block_start(page->start, page->free_divisor, p) || block->key == key ||
                size_hint > page->block_size))

@@ -133,6 +133,7 @@ static shoal_heap_t *heap_carve(void) {
   shoal_heap_t *heap = (shoal_heap_t *)arena.heap_chunk;
   arena.heap_chunk += size;
   arena.heap_chunk_left -= size;
+  heap->free_key = free_key;
   for (size_t i = 0; i < DIRECT_SLOTS; i++) heap->direct_page[i] = &page_empty;
   for (uint8_t c = 0; c < REMOTE_CACHE_CLASSES; c++) { /* pseudo pages: never freed into */
     shoal_page_t *cache = &heap->remote_cache[c];

@@ -200,6 +200,7 @@ typedef struct heap_counters_s {
 } heap_counters_t;
 
 typedef struct shoal_heap_s {
+  uintptr_t free_key; /* free_key's copy, on the line free already reads: one load less */
   shoal_page_t *direct_page[DIRECT_SLOTS]; /* (owner) first page for each 8-byte size step */
   page_queue_t queues[CLASS_COUNT];        /* (owner) pages that may have free blocks */
   page_queue_t full;                       /* (owner) pages parked until notified */
