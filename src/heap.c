@@ -19,6 +19,10 @@
 #include <pthread.h>
 #include <string.h>
 
+/* Free slices a dead thread's heap keeps resident for the thread that will
+ * adopt it; the rest goes back at once, since nobody purges for it later. */
+#define ABANDONED_KEEP_BYTES ((size_t)2 << 20)
+
 shoal_page_t page_empty;
 shoal_heap_t heap_empty = {
     .direct_page = {[0 ... DIRECT_SLOTS - 1] = &page_empty},
@@ -390,8 +394,7 @@ void heap_abandon(shoal_heap_t *heap) {
   }
   /* Keep a little warm for the thread that adopts this heap next; what is
    * left pending is purged by whoever services the heap after the delay. */
-  if (heap->purge_pending_bytes > (size_t)option(SHOAL_OPTION_PURGE_LIMIT) / 4)
-    segment_purge_heap(heap);
+  if (heap->purge_pending_bytes > ABANDONED_KEEP_BYTES) segment_purge_heap(heap);
   atomic_store_explicit(&heap->state, HEAP_ABANDONED, memory_order_seq_cst);
   arena_heap_abandoned(heap);
   if (atomic_load_explicit(&heap->notified, memory_order_seq_cst) != NULL)
@@ -408,7 +411,7 @@ void heap_service_abandoned(shoal_heap_t *heap) {
       return; /* adopted, or someone else is servicing it */
     heap_drain(heap, true);
     /* Nobody else will purge for a dead thread: do it here, in batches. */
-    if (heap->purge_pending_bytes > (size_t)option(SHOAL_OPTION_PURGE_LIMIT) / 4)
+    if (heap->purge_pending_bytes > ABANDONED_KEEP_BYTES)
       segment_purge_heap(heap);
     else
       heap_maybe_purge(heap);
