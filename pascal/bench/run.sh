@@ -4,7 +4,9 @@
 # (libshoal.a from BUILD_DIR, default <repo>/build). Builds every
 # pascal/bench/bench_*.pas three times into BUILD_DIR/pascal/bench/<manager>/,
 # runs each 3 times (managers interleaved), and writes the medians as
-# markdown tables to OUTPUT.md. Raw results: BUILD_DIR/pascal/bench/results.tsv.
+# markdown tables to OUTPUT.md and, with gnuplot, a chart of each case's time
+# over the fastest manager's to OUTPUT.png. Raw results:
+# BUILD_DIR/pascal/bench/results.tsv.
 #
 # Environment: SHOAL_BENCH_RUNS (default 3), SHOAL_BENCH_SCALE (default 1:
 # the sizes the seeds use; 0.1 for a quick look), FPC (default fpc).
@@ -131,3 +133,56 @@ commit=$(git -C "$repo" describe --always --dirty 2>/dev/null || echo unknown)
     }' "$results"
 } >"$output"
 echo "wrote $output"
+
+# The chart, as the C suite draws it: each case's median time under each
+# manager over the best of the three (1 = the fastest), on a log scale. The
+# CPU-time rows are left out; ParallelAllocations shows its parallel rows.
+chart="${output%.md}.png"
+if command -v gnuplot >/dev/null; then
+  data="$work/relative.tsv"
+  awk -F'\t' '
+    function median(list,   n, v, i, j, t) {
+      n = split(list, v, " ")
+      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] + 0 < v[i] + 0) { t = v[i]; v[i] = v[j]; v[j] = t }
+      return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+    }
+    $3 ~ /CPU time/ { next }
+    {
+      key = $2 ": " $3
+      if (!(key in seen)) { seen[key] = 1; keys[++n] = key }
+      times[$1, key] = times[$1, key] " " $5
+    }
+    END {
+      for (k = 1; k <= n; k++) {
+        key = keys[k]; best = 0
+        for (m = 1; m <= 3; m++) {
+          manager = m == 1 ? "default" : m == 2 ? "cmem" : "shoal"
+          v[m] = median(times[manager, key])
+          if (v[m] > 0 && (best == 0 || v[m] < best)) best = v[m]
+        }
+        if (best == 0) continue
+        label = key; gsub(/"/, "", label)
+        printf "\"%s\"\t%.3f\t%.3f\t%.3f\n", label, v[1] / best, v[2] / best, v[3] / best
+      }
+    }' "$results" >"$data"
+  gnuplot <<GNUPLOT
+set terminal pngcairo size 1400,700 font ",9"
+set output "$chart"
+set title "ShoalMM: the seeds' experiments, time relative to the fastest of the three (lower is better)"
+set style data histogram
+set style histogram clustered gap 1
+set style fill solid 0.8 border -1
+set logscale y
+set yrange [0.8:*]
+set ytics (1, 1.25, 1.5, 2, 3, 5, 10, 20)
+set grid ytics
+set xtics rotate by -45 noenhanced
+set key top left
+set rmargin 16
+set bmargin 14
+plot "$data" using 2:xtic(1) title "FPC heap", "" using 3 title "cmem", "" using 4 title "ShoalMM"
+GNUPLOT
+  echo "" >>"$output"
+  echo "Chart: [\`$(basename "$chart")\`]($(basename "$chart")), each case's time over the fastest of the three." >>"$output"
+  echo "wrote $chart"
+fi
