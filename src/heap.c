@@ -72,6 +72,16 @@ static void list_push_front(page_queue_t *queue, shoal_page_t *page) {
   queue->first = page;
 }
 
+static void list_push_back(page_queue_t *queue, shoal_page_t *page) {
+  page->next = NULL;
+  page->prev = queue->last;
+  if (queue->last != NULL)
+    queue->last->next = page;
+  else
+    queue->first = page;
+  queue->last = page;
+}
+
 static void queue_remove(shoal_heap_t *heap, shoal_page_t *page) {
   bool was_first = heap->queues[page->size_class].first == page;
   list_remove(&heap->queues[page->size_class], page);
@@ -89,13 +99,7 @@ void heap_queue_push(shoal_heap_t *heap, shoal_page_t *page) {
  * pages as it went paid a slow path on every other malloc so. */
 void heap_queue_push_back(shoal_heap_t *heap, shoal_page_t *page) {
   page_queue_t *queue = &heap->queues[page->size_class];
-  page->next = NULL;
-  page->prev = queue->last;
-  if (queue->last != NULL)
-    queue->last->next = page;
-  else
-    queue->first = page;
-  queue->last = page;
+  list_push_back(queue, page);
   if (queue->first == page) heap_direct_update(heap, page->size_class);
 }
 
@@ -274,8 +278,6 @@ void *heap_malloc_medium(shoal_heap_t *heap, size_t size) {
   return page_pop(heap, page);
 }
 
-/* A block of its own: slices of a segment up to LARGE_MAX, a huge segment
- * beyond. The page is parked from the start so a remote free reaches us. */
 static void *heap_malloc_huge(shoal_heap_t *heap, size_t size, size_t alignment, bool zero) {
   void *block = huge_alloc(size, alignment, zero);
   if (block == NULL) return out_of_memory();
@@ -290,6 +292,8 @@ void *heap_calloc_huge(shoal_heap_t *heap, size_t size) {
   return heap_malloc_huge(heap, size, 0, true);
 }
 
+/* A block of its own: slices of a segment up to LARGE_MAX, a huge segment
+ * beyond. The page is parked from the start so a remote free reaches us. */
 void *heap_malloc_large(shoal_heap_t *heap, size_t size, size_t alignment) {
   size_t extra = alignment > SLICE_SIZE ? alignment - SLICE_SIZE : 0;
   if (size > LARGE_MAX || size + extra > LARGE_MAX)

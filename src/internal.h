@@ -354,9 +354,10 @@ void segment_purge_heap(struct shoal_heap_s *heap);
 void segment_purge_heap_lazy(struct shoal_heap_s *heap);
 
 /* The block size of a large page whose block must reach `bytes` past its
- * start: whole OS pages, not whole slices. What lies beyond in the page's
- * last slice is never touched, so costs no memory, and lets the block grow
- * in place (realloc) without a copy; a copy moves only the OS pages. */
+ * start: whole OS pages, not whole slices. The block never touches what
+ * lies beyond in its last slice (no memory unless an earlier block of a
+ * reused slice did), can grow into it in place (realloc), and a copy moves
+ * only its OS pages. */
 static inline size_t large_block_bytes(const shoal_page_t *page, size_t bytes) {
   size_t rounded = (bytes + os_page_size() - 1) & ~(os_page_size() - 1);
   size_t capacity = (size_t)page->slice_count * SLICE_SIZE;
