@@ -23,6 +23,7 @@ slow_path void report_bad_pointer(const char *function, const void *p, const cha
 
 static const char *const NOT_OURS = "was not allocated by shoal";
 static const char *const INSIDE = "points inside a block";
+static const char *const NEVER_ALLOCATED = "was never allocated (past its page's blocks)";
 
 /* The block a pointer designates, or NULL after reporting why it is bad.
  * Accepts interior pointers of aligned large blocks. */
@@ -35,8 +36,9 @@ static shoal_block_t *block_lookup(const void *p, const char *function, shoal_pa
   shoal_page_t *page = segment_page_of(segment, p);
   *page_out = page;
   if (segment->kind == SEGMENT_HUGE) page = *page_out = &segment->pages[0];
-  if (page->size_class == CLASS_NONE) {
-    bool at_slice = ((uintptr_t)p & (SLICE_SIZE - 1)) == 0 && segment->kind == SEGMENT_NORMAL;
+  if (page->size_class == CLASS_NONE) { /* a free slice (a large block freed), or the header */
+    bool at_slice = ((uintptr_t)p & (SLICE_SIZE - 1)) == 0 && segment->kind == SEGMENT_NORMAL &&
+                    ((uintptr_t)p & SEGMENT_MASK) != 0;
     report_bad_pointer(function, p, at_slice ? "double free" : NOT_OURS);
     return NULL;
   }
@@ -54,6 +56,10 @@ static shoal_block_t *block_lookup(const void *p, const char *function, shoal_pa
   }
   if ((const uint8_t *)p < start || !page_is_block_start(page, p)) {
     report_bad_pointer(function, p, INSIDE);
+    return NULL;
+  }
+  if (!page_is_carved_block(page, p)) { /* past the blocks the page has handed out */
+    report_bad_pointer(function, p, NEVER_ALLOCATED);
     return NULL;
   }
   return (shoal_block_t *)p;
@@ -146,7 +152,9 @@ void free_not_local(shoal_page_t *page, void *p, size_t size_hint, caller_t call
   }
   shoal_block_t *block = p;
   if (unlikely(page->shared_class >= CLASS_HUGE || size_hint > page->shared_block_size ||
-               !is_block_start(page->shared_start, page->shared_divisor, p) ||
+               !is_carved_block(page->shared_start, page->shared_divisor,
+                                atomic_load_explicit(&page->shared_limit, memory_order_relaxed),
+                                p) ||
                block->key == free_key)) {
     free_slow(p, size_hint, caller); /* huge blocks, aligned interiors, and every error */
     return;
@@ -296,7 +304,7 @@ static void *alloc_aligned(size_t alignment, size_t size, caller_t caller) {
     return diag_malloc(size, alignment, caller);
   if (size == 0) size = 1;
   size_t rounded = (size + alignment - 1) & ~(alignment - 1);
-  if (rounded < size || size > PTRDIFF_MAX) {
+  if (rounded < size || rounded > PTRDIFF_MAX) { /* no block so big, or so aligned (2^63) */
     errno = ENOMEM;
     return NULL;
   }
@@ -315,10 +323,8 @@ static bool is_power_of_two(size_t x) {
 
 int api_posix_memalign(void **result, size_t alignment, size_t size, caller_t caller) {
   if (!is_power_of_two(alignment) || alignment % sizeof(void *) != 0) return EINVAL;
-  int saved_errno = errno;
   void *p = alloc_aligned(alignment, size, caller);
-  errno = saved_errno;
-  if (p == NULL) return ENOMEM;
+  if (p == NULL) return ENOMEM; /* and errno ENOMEM, as glibc's: programs read either */
   *result = p;
   return 0;
 }
@@ -334,7 +340,9 @@ void *api_aligned_alloc(size_t alignment, size_t size, caller_t caller) {
 void *api_memalign(size_t alignment, size_t size, caller_t caller) {
   if (alignment <= WORD_SIZE) return alloc_fast(size, caller);
   if (!is_power_of_two(alignment)) { /* glibc rounds up to a power of two */
-    if (alignment > ((size_t)1 << 62)) {
+    /* Beyond 2^63 there is no power to round up to (EINVAL); up to it,
+     * alloc_aligned says ENOMEM, as glibc does. */
+    if (alignment > ((size_t)1 << 63)) {
       errno = EINVAL;
       return NULL;
     }
@@ -401,7 +409,7 @@ exported bool shoal_owns(const void *p) {
 exported size_t shoal_block_size(const void *p) {
   if (likely(segment_map_is_head(p))) {
     shoal_page_t *page = segment_page_of(segment_of(p), p);
-    if (likely(page->size_class < CLASS_COUNT && page_is_block_start(page, p) &&
+    if (likely(page->size_class < CLASS_COUNT && page_is_carved_block(page, p) &&
                ((const shoal_block_t *)p)->key != free_key))
       return page->block_size;
   }
@@ -500,7 +508,7 @@ void *api_realloc(void *p, size_t size, caller_t caller) {
    * The key is read only at a block start (aligned); the rest is realloc_slow's. */
   if (likely(segment_map_is_head(p))) {
     shoal_page_t *page = segment_page_of(segment_of(p), p);
-    bool class_block = page->size_class < CLASS_COUNT && page_is_block_start(page, p);
+    bool class_block = page->size_class < CLASS_COUNT && page_is_carved_block(page, p);
     if (likely((class_block || p == page->start) && ((shoal_block_t *)p)->key != free_key)) {
       if (likely(class_block)) {
         if (realloc_fits(page->block_size, size)) return p;

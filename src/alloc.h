@@ -69,9 +69,9 @@ fast_path void free_fast(void *p, size_t size_hint, caller_t caller) {
   if (unlikely(segment->heap != heap)) return free_not_local(page, p, size_hint, caller);
   shoal_block_t *block = p;
   uintptr_t key = heap->free_key; /* once: the stores below could alias it */
-  /* A parked or unused page has no free_divisor: the block test sends it on. */
-  if (unlikely(!is_block_start(page->start, page->free_divisor, p) || block->key == key ||
-               size_hint > page->block_size))
+  /* A parked or unused page has no free_limit: the block test sends it on. */
+  if (unlikely(!is_carved_block(page->start, page->free_divisor, page->free_limit, p) ||
+               block->key == key || size_hint > page->block_size))
     return free_slow(p, size_hint, caller);
   block->next = page->free;
   block->key = key;

@@ -147,9 +147,8 @@ static shoal_heap_t *heap_carve(void) {
   return heap;
 }
 
-/* A heap for a starting thread: a dead thread's heap when there is one (its
- * pages get used again), a new one otherwise. */
-shoal_heap_t *arena_heap_new_or_adopt(bool *adopted) {
+/* The next abandoned heap, or a new one; NULL when out of memory. */
+static shoal_heap_t *heap_pop_or_carve(void) {
   lock_acquire(&arena_lock);
   shoal_heap_t *heap;
   for (;;) {
@@ -164,19 +163,30 @@ shoal_heap_t *arena_heap_new_or_adopt(bool *adopted) {
     if (atomic_load_explicit(&heap->state, memory_order_relaxed) != HEAP_ORPHAN) break;
   }
   lock_release(&arena_lock);
-  *adopted = false;
-  if (heap == NULL) return NULL;
-  if (atomic_load_explicit(&heap->state, memory_order_relaxed) == HEAP_LIVE) return heap;
-  /* Wait out a thread servicing it: that is a short, bounded drain. */
-  for (int round = 0;; round++) {
-    int expected = HEAP_ABANDONED;
-    if (atomic_compare_exchange_weak_explicit(&heap->state, &expected, HEAP_LIVE,
-                                              memory_order_seq_cst, memory_order_relaxed))
-      break;
-    if (round > 16) os_yield();
-  }
-  *adopted = true;
   return heap;
+}
+
+/* A heap for a starting thread: a dead thread's heap when there is one (its
+ * pages get used again), a new one otherwise. */
+shoal_heap_t *arena_heap_new_or_adopt(bool *adopted) {
+  *adopted = false;
+  for (;;) {
+    shoal_heap_t *heap = heap_pop_or_carve();
+    if (heap == NULL) return NULL;
+    if (atomic_load_explicit(&heap->state, memory_order_relaxed) == HEAP_LIVE) return heap;
+    /* Wait out a thread servicing it: that is a short, bounded drain. In a
+     * fork child that thread is gone and the heap an orphan: take another. */
+    for (int round = 0;; round++) {
+      int expected = HEAP_ABANDONED;
+      if (atomic_compare_exchange_weak_explicit(&heap->state, &expected, HEAP_LIVE,
+                                                memory_order_seq_cst, memory_order_relaxed)) {
+        *adopted = true;
+        return heap;
+      }
+      if (expected == HEAP_ORPHAN) break;
+      if (round > 16) os_yield();
+    }
+  }
 }
 
 void arena_heap_abandoned(shoal_heap_t *heap) {
@@ -212,16 +222,8 @@ size_t arena_heap_count(size_t *abandoned) {
 
 /* ---- fork: the child must be able to allocate at once ---- */
 
-static bool arena_locked_for_fork;
-
-void arena_fork_prepare(void) {
-  /* A fork from a signal handler that interrupted this very thread inside
-   * the arena must not wait on itself. */
-  arena_locked_for_fork = lock_acquire_for_fork(&arena_lock);
-}
-
-void arena_fork_parent(void) {
-  if (arena_locked_for_fork) lock_release(&arena_lock);
+void arena_register_for_fork(void) {
+  lock_register_for_fork(&arena_lock);
 }
 
 static void orphan_other_heaps(shoal_heap_t *heap, void *context) {
@@ -235,6 +237,5 @@ static void orphan_other_heaps(shoal_heap_t *heap, void *context) {
  * been mid-update: never adopt or service them (their memory stays with
  * them; a child that lives on leaks it rather than risk corruption). */
 void arena_fork_child(void) {
-  lock_reset(&arena_lock);
   arena_for_each_heap(orphan_other_heaps, thread_heap_own());
 }

@@ -35,7 +35,6 @@ size_t unwinder_live[SHOAL_STATS_SIZE_CLASSES];
 _Atomic(int) diag_modes;
 __attribute__((tls_model("initial-exec"))) _Thread_local bool diag_inside;
 __attribute__((tls_model("initial-exec"))) _Thread_local shoal_heap_t *thread_heap_parked;
-_Thread_local const shoal_lock_t *diag_lock_in_hand;
 
 static const char *contention_path;
 
@@ -361,6 +360,8 @@ void diag_init(void) {
   const char *trace_path = getenv("SHOAL_TRACE");
   if (trace_path != NULL && *trace_path != '\0' && trace_init(trace_path)) modes |= DIAG_TRACE;
   if (modes & DIAG_CHECK) check_init();
+  if (modes & (DIAG_LEAKS | DIAG_CHECK)) records_register_for_fork(); /* shards, then quarantine */
+  if (modes & DIAG_CHECK) check_register_for_fork();
   if (modes != 0) os_keep_stderr();
   atomic_store_explicit(&diag_modes, modes, memory_order_release);
   if (modes != 0)
@@ -406,22 +407,7 @@ void diag_collect(void) {
   core_leave();
 }
 
-void diag_fork_prepare(void) {
-  if (diag_mode() == 0) return;
-  check_fork_prepare();
-  records_fork_prepare();
-}
-
-void diag_fork_parent(void) {
-  if (diag_mode() == 0) return;
-  records_fork_parent();
-  check_fork_parent();
-}
-
 void diag_fork_child(void) {
-  if (diag_mode() == 0) return;
-  records_fork_child();
-  check_fork_child();
   if (diag_mode() & DIAG_TRACE) trace_fork_child();
 }
 

@@ -44,29 +44,16 @@ extern size_t unwinder_live[SHOAL_STATS_SIZE_CLASSES];
 void diag_write(int fd, const char *format, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- locks ----
- * Diagnostics code holds at most one of its locks at a time, and notes it
- * first, so that a fork from a signal handler that interrupted this thread
- * inside a diagnostic does not wait for the lock the thread itself holds. */
-extern _Thread_local const shoal_lock_t *diag_lock_in_hand;
-
+ * Diagnostics code holds at most one of its locks at a time. They are
+ * lock.c's, noted in hand, and registered for fork at start-up: a fork from
+ * a signal handler that interrupted this thread inside a diagnostic does not
+ * wait for the lock the thread itself holds. */
 static inline void diag_lock(shoal_lock_t *lock) {
-  diag_lock_in_hand = lock;
-  atomic_signal_fence(memory_order_seq_cst);
-  lock_acquire_plain(lock);
+  lock_acquire(lock);
 }
 
 static inline void diag_unlock(shoal_lock_t *lock) {
-  lock_release_plain(lock);
-  atomic_signal_fence(memory_order_seq_cst);
-  diag_lock_in_hand = NULL;
-}
-
-static inline void diag_lock_for_fork(shoal_lock_t *lock) {
-  if (lock != diag_lock_in_hand) lock_acquire_plain(lock);
-}
-
-static inline void diag_unlock_after_fork(shoal_lock_t *lock) {
-  if (lock != diag_lock_in_hand) lock_release_plain(lock);
+  lock_release(lock);
 }
 
 /* ---- the table of tracked blocks (leaks.c) ---- */
@@ -78,6 +65,8 @@ typedef struct block_record_s {
   size_t size;                 /* the size it asked for */
   size_t weight;               /* blocks this sampled one stands for */
   uint8_t state;               /* record_state_t */
+  uint32_t inaccessible;       /* checked mode: its entry in check.c's table of blocks no
+                                  access may touch (1 + index), 0: none; never read them */
   site_t allocated_at;
   site_t freed_at; /* checked mode: while quarantined */
 } block_record_t;
@@ -94,9 +83,7 @@ block_record_t *records_add(record_shard_t *shard, uintptr_t block);
 void records_remove(record_shard_t *shard, block_record_t *record);
 /* Visit every record, one shard locked at a time. */
 void records_for_each(void (*visit)(block_record_t *record, void *context), void *context);
-void records_fork_prepare(void);
-void records_fork_parent(void);
-void records_fork_child(void);
+void records_register_for_fork(void);
 
 /* Leak tracking: whether to sample an allocation of this size, and the
  * weight a sample gets. */
@@ -123,8 +110,6 @@ void *check_realloc(void *p, size_t size, const site_t *site);
 size_t check_usable_size(const void *p, const char *function, const site_t *site);
 /* Let every quarantined block go (checking each), for shoal_collect(true). */
 void check_quarantine_empty(const site_t *site);
-void check_fork_prepare(void);
-void check_fork_parent(void);
-void check_fork_child(void);
+void check_register_for_fork(void);
 
 #endif /* SHOAL_DIAG_H */

@@ -311,6 +311,7 @@ void *heap_malloc_large(shoal_heap_t *heap, size_t size, size_t alignment) {
   page->has_aligned = offset != 0;
   page->capacity = page->reserved = 1;
   page->used = page->used_at_fold = 1; /* counted below, not by a pop */
+  page_publish_extent(page);
   heap_park(heap, page);
   /* Dirty slices may hold a free key; the key of an aligned block is kept
    * at the page start, where free looks for it. */

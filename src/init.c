@@ -15,19 +15,10 @@ uintptr_t free_key;
 pthread_key_t heap_exit_key;
 static _Atomic(int) init_state;
 
-/* Lock order: diagnostics, arena, then huge; released in reverse. */
-static void fork_prepare(void) {
-  diag_fork_prepare();
-  arena_fork_prepare();
-  huge_fork_prepare();
-}
-static void fork_parent(void) {
-  huge_fork_parent();
-  arena_fork_parent();
-  diag_fork_parent();
-}
+/* fork holds every lock (lock.c); the child then puts the heaps of the
+ * threads that did not survive aside, and the diagnostics start afresh. */
 static void fork_child(void) {
-  huge_fork_child();
+  lock_fork_child();
   arena_fork_child();
   diag_fork_child();
 }
@@ -42,10 +33,12 @@ void process_init(void) {
   }
   options_init();
   free_key = (uintptr_t)os_random_key();
-  diag_init();
+  diag_init(); /* registers its locks first: they are taken before the core's */
+  arena_register_for_fork();
+  huge_register_for_fork();
   pthread_key_create(&heap_exit_key, heap_thread_exit);
   atomic_store_explicit(&init_state, INIT_DONE, memory_order_release);
-  pthread_atfork(fork_prepare, fork_parent, fork_child);
+  pthread_atfork(lock_fork_prepare, lock_fork_parent, fork_child);
   verbose("ready: segments of %zu KiB, %d size classes up to %d bytes, purge delay %ld ms",
           SEGMENT_SIZE >> 10, CLASS_COUNT, MEDIUM_MAX, option(SHOAL_OPTION_PURGE_DELAY));
 }

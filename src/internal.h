@@ -101,7 +101,7 @@ typedef struct shoal_page_s {
   /* Line 1, read-mostly, for other threads: a free from another thread
    * reads only this line (and writes line 3), never the owner's line 2.
    * The shape fields copy line 2's and change only while no block is live. */
-  uint64_t shared_divisor;    /* UINT64_MAX / block_size + 1: the divisibility test; 0: no blocks */
+  uint64_t shared_divisor;    /* block_divisor(block_size): the block test; 0: no blocks */
   uint8_t *shared_start;      /* copy of start */
   uint32_t shared_block_size; /* copy of block_size */
   uint8_t shared_class;       /* copy of size_class */
@@ -110,16 +110,17 @@ typedef struct shoal_page_s {
   _Atomic(uintptr_t) owner;   /* (owner) the heap; 0 while the slice is not a page */
   uint32_t reserved;          /* (owner) blocks the page can hold */
   struct shoal_page_s *next, *prev; /* (owner) class queue or full list */
+  _Atomic(uint64_t) shared_limit;   /* (owner, read by all) block_limit of the carved blocks */
   /* Line 2, owner-hot: what the owner's malloc and free touch. */
   shoal_block_t *free cache_aligned; /* blocks to hand out next */
   uint32_t used;                     /* handed out, incl. remote frees not yet collected */
   uint32_t capacity;                 /* blocks carved so far */
-  uint64_t free_divisor; /* shared_divisor while the fast path may free here, else 0 (parked) */
-  uint8_t *start;        /* first block */
-  uint32_t block_size;   /* bytes per block; 0 when the page is free */
-  uint8_t size_class;    /* class, CLASS_LARGE/HUGE/NONE */
-  uint8_t flags;         /* PAGE_FULL, PAGE_UNUSED: 0 on the fast path */
-  uint8_t is_zero;       /* free blocks are zero beyond word 0 (fresh memory) */
+  uint64_t free_divisor;             /* copy of shared_divisor */
+  uint8_t *start;                    /* first block */
+  uint32_t block_size;               /* bytes per block; 0 when the page is free */
+  uint8_t size_class;                /* class, CLASS_LARGE/HUGE/NONE */
+  uint8_t flags;                     /* PAGE_FULL, PAGE_UNUSED: 0 on the fast path */
+  uint8_t is_zero;                   /* free blocks are zero beyond word 0 (fresh memory) */
   /* (owner) What the statistics need, kept where malloc already writes
    * (page_fold_counters): blocks handed out since the counts last went to
    * the heap, and `used` at that time (less the remote frees collected
@@ -127,6 +128,7 @@ typedef struct shoal_page_s {
    * the difference: free counts nothing. */
   uint32_t used_at_fold;
   uint64_t unfolded_allocs;
+  uint64_t free_limit; /* shared_limit while the fast path may free here, else 0 (parked) */
   /* Line 3, written by other threads. Blocks they freed (atomic). Bit 0
    * set: the owner parked the page in its full list and wants to be told;
    * the first pusher clears it and queues the page on the owner's notify
@@ -138,23 +140,53 @@ typedef struct shoal_page_s {
 #define PAGE_FULL   1 /* parked in heap->full, not in a class queue */
 #define PAGE_UNUSED 2 /* the descriptor of a free slice or a header: no blocks */
 
-/* After changing start, block_size, size_class or flags. A page with flags
- * set (parked, unused) gets no free_divisor: every pointer then fails the
+/* The block test: one multiply tells whether p is the start of one of the
+ * first `capacity` blocks of a page, i.e. of a block it has handed out at
+ * some time. With divisor = ceil(2^64 / size) (one more for a power of two),
+ * offset * divisor wraps to k * e for the k-th block start, where
+ * e = divisor * size - 2^64 lies in [1, size], and to at least divisor - 1
+ * for any other offset (offsets stay below 2^32, sizes below 2^22). So
+ * `offset * divisor < capacity * e` holds exactly for the carved blocks:
+ * an address past them, or before the page, or inside a block, fails; a
+ * limit of 0 fails every address. (Lemire, Kaser, Kurz: "Faster remainder
+ * by direct computation", 2019, for the divisibility half.) */
+static inline uint64_t block_divisor(uint32_t block_size) {
+  if (block_size == 0) return 0;
+  bool power_of_two = (block_size & (block_size - 1)) == 0;
+  return UINT64_MAX / block_size + 1 + (power_of_two ? 1 : 0);
+}
+static inline uint64_t block_limit(uint64_t divisor, uint32_t block_size, uint32_t capacity) {
+  return (uint64_t)capacity * (divisor * block_size); /* the product wraps to e */
+}
+static inline bool is_carved_block(const uint8_t *start, uint64_t divisor, uint64_t limit,
+                                   const void *p) {
+  uint32_t offset = (uint32_t)((const uint8_t *)p - start);
+  return (uint64_t)offset * divisor < limit;
+}
+
+/* After carving more blocks, or parking and unparking. A page with flags
+ * set (parked, unused) gets no free_limit: every pointer then fails the
  * fast path's block test, which so needs no test of its own for them. */
+static inline void page_publish_extent(shoal_page_t *page) {
+  uint64_t limit = block_limit(page->shared_divisor, page->block_size, page->capacity);
+  atomic_store_explicit(&page->shared_limit, limit, memory_order_relaxed);
+  page->free_limit = page->flags == 0 ? limit : 0;
+}
+/* After changing start, block_size, size_class or flags. */
 static inline void page_publish_shape(shoal_page_t *page) {
-  page->shared_divisor = page->block_size == 0 ? 0 : UINT64_MAX / page->block_size + 1;
-  page->free_divisor = page->flags == 0 ? page->shared_divisor : 0;
+  page->shared_divisor = page->free_divisor = block_divisor(page->block_size);
   page->shared_start = page->start;
   page->shared_block_size = page->block_size;
   page->shared_class = page->size_class;
+  page_publish_extent(page);
 }
 static inline void page_mark_parked(shoal_page_t *page) {
   page->flags |= PAGE_FULL;
-  page->free_divisor = 0;
+  page->free_limit = 0;
 }
 static inline void page_mark_unparked(shoal_page_t *page) {
   page->flags &= (uint8_t)~PAGE_FULL;
-  if (page->flags == 0) page->free_divisor = page->shared_divisor;
+  page_publish_extent(page);
 }
 
 typedef enum segment_kind_e { SEGMENT_NORMAL = 1, SEGMENT_HUGE = 2 } segment_kind_t;
@@ -237,11 +269,25 @@ void os_advise_huge_pages(void *address, size_t size);
 /* Grow or shrink a mapping, moving it (without copying) to an address
  * aligned to `alignment` when it cannot stay. NULL on failure, old intact. */
 void *os_remap_aligned(void *address, size_t old_size, size_t new_size, size_t alignment);
+/* Checked mode: make whole OS pages inaccessible (any touch faults) or
+ * read-write again, contents kept. False when the kernel refused. */
+bool os_protect(void *address, size_t size, bool accessible);
+/* Checked mode: on SIGSEGV or SIGBUS call handler(address, "read" | "write"
+ * | "access", faulting instruction) in the signal handler; it reports and
+ * aborts when the fault is its own, else returns: the previous handler is
+ * put back and the access faults again, to end as it would without shoal.
+ * The handler must be async-signal-safe. False when it cannot be installed. */
+bool os_catch_faults(void (*handler)(const void *address, const char *access,
+                                     const void *instruction));
 int64_t os_now_ms(void);
 uint64_t os_random_key(void);
 void os_futex_wait(_Atomic(int) *address, int expected);
 void os_futex_wake_one(_Atomic(int) *address);
 void os_yield(void);
+/* Hold off asynchronous signals in this thread (nested), and let them come
+ * again at the last release: around every lock (lock.c). */
+void os_signals_hold(void);
+void os_signals_release(void);
 void os_write_stderr(const char *text, size_t length);
 void os_keep_stderr(void); /* a copy of fd 2 for the reports at exit */
 void os_write_all(int fd, const char *text, size_t length);
@@ -270,15 +316,19 @@ typedef struct shoal_lock_s {
 #define SHOAL_LOCK_INIT                                                                            \
   { 0 }
 void lock_acquire(shoal_lock_t *lock);
-/* The same waiting without the in-hand note, for the diagnostics' many
- * locks (a fork from a signal handler inside a diagnostic may deadlock). */
+/* The same waiting with signals let through, for locks fork never takes
+ * (the trace's buffers, reset in the child). */
 void lock_acquire_plain(shoal_lock_t *lock);
 void lock_release_plain(shoal_lock_t *lock);
 extern _Thread_local size_t lock_waits; /* times this thread found a lock taken */
 bool lock_try_acquire(shoal_lock_t *lock);
 void lock_release(shoal_lock_t *lock);
-bool lock_held_by_me(const shoal_lock_t *lock);
-bool lock_acquire_for_fork(shoal_lock_t *lock);
+/* fork holds every registered lock (registered at start-up, in the order
+ * they are taken), also when called from a signal handler (lock.c). */
+void lock_register_for_fork(shoal_lock_t *lock);
+void lock_fork_prepare(void);
+void lock_fork_parent(void);
+void lock_fork_child(void);
 void lock_reset(shoal_lock_t *lock); /* in a fork child only */
 
 /* ---- symbols.c: names for code addresses (diagnostics) ----
@@ -373,12 +423,15 @@ bool page_park_full(shoal_page_t *page); /* arm the notify bit; false: it had re
 bool page_unpark(shoal_page_t *page);    /* disarm; false: a notification is on its way */
 void page_notify_owner(shoal_page_t *page);
 void page_push_remote(shoal_page_t *page, shoal_block_t *block); /* one CAS, may notify */
-static inline bool is_block_start(const uint8_t *start, uint64_t divisor, const void *p) {
-  uint32_t offset = (uint32_t)((const uint8_t *)p - start);
-  return (uint64_t)offset * divisor < divisor;
-}
+/* p is at a block boundary of the page, handed out or not (any thread). */
 static inline bool page_is_block_start(const shoal_page_t *page, const void *p) {
-  return is_block_start(page->start, page->shared_divisor, p);
+  uint32_t offset = (uint32_t)((const uint8_t *)p - page->shared_start);
+  return page->shared_block_size != 0 && offset % page->shared_block_size == 0;
+}
+/* p is a block the page has handed out at some time (any thread). */
+static inline bool page_is_carved_block(const shoal_page_t *page, const void *p) {
+  return is_carved_block(page->shared_start, page->shared_divisor,
+                         atomic_load_explicit(&page->shared_limit, memory_order_relaxed), p);
 }
 
 /* ---- heap.c ---- */
@@ -410,9 +463,7 @@ void huge_free(shoal_segment_t *segment);
 void *huge_realloc(shoal_segment_t *segment, size_t new_size);
 size_t huge_usable_size(const shoal_segment_t *segment, const void *p);
 void huge_cache_trim(bool force);
-void huge_fork_prepare(void);
-void huge_fork_parent(void);
-void huge_fork_child(void);
+void huge_register_for_fork(void);
 
 /* ---- arena.c ---- */
 extern shoal_lock_t arena_lock;
@@ -423,8 +474,7 @@ shoal_heap_t *arena_heap_new_or_adopt(bool *adopted);
 void arena_heap_abandoned(shoal_heap_t *heap);
 void arena_service_all_abandoned(void);
 void arena_for_each_heap(void (*visit)(shoal_heap_t *heap, void *context), void *context);
-void arena_fork_prepare(void);
-void arena_fork_parent(void);
+void arena_register_for_fork(void);
 void arena_fork_child(void);
 void arena_cache_trim(bool force);
 size_t arena_heap_count(size_t *abandoned);
@@ -454,8 +504,6 @@ static inline shoal_heap_t *thread_heap_own(void) {
 void diag_init(void);
 void diag_load_unwinder(void); /* from the constructor: names call sites in full */
 void diag_collect(void);       /* shoal_collect(true): checked mode empties its quarantine */
-void diag_fork_prepare(void);
-void diag_fork_parent(void);
 void diag_fork_child(void);
 void diag_thread_exit(void); /* from the thread-exit hook, before the heap goes */
 void *diag_malloc(size_t size, size_t alignment, caller_t caller);

@@ -207,17 +207,6 @@ size_t huge_usable_size(const shoal_segment_t *segment, const void *p) {
   return (size_t)((const uint8_t *)segment + segment->size - (const uint8_t *)p);
 }
 
-/* fork: the same discipline as the arena lock (arena.c). */
-static bool huge_locked_for_fork;
-
-void huge_fork_prepare(void) {
-  huge_locked_for_fork = lock_acquire_for_fork(&huge_lock);
-}
-
-void huge_fork_parent(void) {
-  if (huge_locked_for_fork) lock_release(&huge_lock);
-}
-
-void huge_fork_child(void) {
-  lock_reset(&huge_lock);
+void huge_register_for_fork(void) {
+  lock_register_for_fork(&huge_lock);
 }

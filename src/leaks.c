@@ -37,6 +37,31 @@ static inline uint64_t block_hash(uintptr_t block) {
   return (uint64_t)(block >> 4) * 0x9E3779B97F4A7C15u;
 }
 
+/* Which blocks may have a record, read without a lock: per hash slot, the
+ * records there (255 sticks). A lock holds signals off, two system calls
+ * (lock.c), and sampled tracking frees blocks it never recorded nearly
+ * every time: those frees take no lock. A block's record is added before
+ * its malloc returns, so whoever frees it sees the count. */
+#define HINT_SLOTS ((size_t)1 << 16)
+static _Atomic(uint8_t) record_hint[HINT_SLOTS];
+
+static _Atomic(uint8_t) *hint_of(uintptr_t block) {
+  return &record_hint[(block_hash(block) >> 32) & (HINT_SLOTS - 1)];
+}
+
+static void hint_change(uintptr_t block, int delta) {
+  _Atomic(uint8_t) *hint = hint_of(block);
+  uint8_t count = atomic_load_explicit(hint, memory_order_relaxed);
+  do {
+    if (count == UINT8_MAX) return;
+  } while (!atomic_compare_exchange_weak_explicit(hint, &count, (uint8_t)(count + delta),
+                                                  memory_order_relaxed, memory_order_relaxed));
+}
+
+static bool records_may_hold(uintptr_t block) {
+  return atomic_load_explicit(hint_of(block), memory_order_relaxed) != 0;
+}
+
 record_shard_t *records_lock(uintptr_t block) {
   record_shard_t *shard = &shards[block_hash(block) >> 58];
   diag_lock(&shard->lock);
@@ -97,6 +122,7 @@ block_record_t *records_add(record_shard_t *shard, uintptr_t block) {
   shard->spare = record->next;
   memset(record, 0, sizeof *record);
   record->block = block;
+  hint_change(block, +1);
   block_record_t **bucket = bucket_of(shard, block);
   record->next = *bucket;
   *bucket = record;
@@ -108,6 +134,7 @@ void records_remove(record_shard_t *shard, block_record_t *record) {
   block_record_t **link = bucket_of(shard, record->block);
   while (*link != record) link = &(*link)->next;
   *link = record->next;
+  hint_change(record->block, -1);
   record->next = shard->spare;
   shard->spare = record;
   shard->count--;
@@ -124,16 +151,8 @@ void records_for_each(void (*visit)(block_record_t *record, void *context), void
   }
 }
 
-void records_fork_prepare(void) {
-  for (size_t s = 0; s < SHARD_COUNT; s++) diag_lock_for_fork(&shards[s].lock);
-}
-
-void records_fork_parent(void) {
-  for (size_t s = SHARD_COUNT; s-- > 0;) diag_unlock_after_fork(&shards[s].lock);
-}
-
-void records_fork_child(void) {
-  for (size_t s = 0; s < SHARD_COUNT; s++) lock_reset(&shards[s].lock);
+void records_register_for_fork(void) {
+  for (size_t s = 0; s < SHARD_COUNT; s++) lock_register_for_fork(&shards[s].lock);
 }
 
 /* ---- sampling ---- */
@@ -180,6 +199,7 @@ void leaks_track(void *block, size_t size, size_t weight, const site_t *site) {
 }
 
 bool leaks_forget(const void *block) {
+  if (!records_may_hold((uintptr_t)block)) return false;
   record_shard_t *shard = records_lock((uintptr_t)block);
   block_record_t *record = records_find(shard, (uintptr_t)block);
   if (record != NULL) records_remove(shard, record);

@@ -1,4 +1,5 @@
-/* lock.c — the one lock shoal has, used by the arena only.
+/* lock.c — shoal's locks (the arena's, the huge-block cache's, the
+ * diagnostics'), and fork's hold on all of them.
  *
  * Waiting follows seed 002 (FastMM4-AVX) and seed 004: spin with `pause` a
  * bounded number of times, then yield the processor a few times, then sleep
@@ -6,9 +7,18 @@
  * runs again as soon as the lock is free.
  *
  * The word is 0 (free), 1 (held) or 2 (held, someone may sleep on it), the
- * classic three-state futex mutex. Each thread remembers the locks in its
- * hands, so that fork() from a signal handler that interrupted it while
- * taking, holding or releasing one does not wait on itself. */
+ * classic three-state futex mutex.
+ *
+ * Asynchronous signals wait while a thread takes, holds or gives back a
+ * lock (os_signals_hold), so no signal handler ever runs in a thread that
+ * holds one. fork() may be called from a handler (POSIX allows it, glibc's
+ * tst-mallocfork2 does it), and fork must hold every lock so that the child
+ * finds whole structures. Had the handler interrupted a holder, fork would
+ * wait on its own thread; two threads each interrupted holding a lock and
+ * forking would wait on each other. Neither can happen now: every holder is
+ * running code of ours that ends. The price is two system calls per lock
+ * taken, and locks are taken only off the fast paths (segments, huge
+ * blocks, thread start and exit, the diagnostics' tables). */
 #include "internal.h"
 
 enum { LOCK_FREE = 0, LOCK_HELD = 1, LOCK_CONTENDED = 2 };
@@ -22,28 +32,6 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* The locks this thread is taking, holds or is releasing: noted before the
- * first atomic step and forgotten after the last, with compiler fences, so a
- * signal handler that interrupts the thread anywhere in between sees the
- * lock as its own (and a fork there does not wait on itself). */
-static _Thread_local const shoal_lock_t *in_hand[2];
-
-static void note_in_hand(const shoal_lock_t *lock) {
-  for (size_t i = 0; i < 2; i++) {
-    if (in_hand[i] == NULL) {
-      in_hand[i] = lock;
-      break;
-    }
-  }
-  atomic_signal_fence(memory_order_seq_cst);
-}
-
-static void forget_in_hand(const shoal_lock_t *lock) {
-  atomic_signal_fence(memory_order_seq_cst);
-  for (size_t i = 0; i < 2; i++)
-    if (in_hand[i] == lock) in_hand[i] = NULL;
-}
-
 static bool try_take(shoal_lock_t *lock) {
   int expected = LOCK_FREE;
   return atomic_compare_exchange_strong_explicit(&lock->word, &expected, LOCK_HELD,
@@ -51,9 +39,9 @@ static bool try_take(shoal_lock_t *lock) {
 }
 
 bool lock_try_acquire(shoal_lock_t *lock) {
-  note_in_hand(lock);
+  os_signals_hold();
   if (try_take(lock)) return true;
-  forget_in_hand(lock);
+  os_signals_release();
   return false;
 }
 
@@ -86,30 +74,45 @@ void lock_release_plain(shoal_lock_t *lock) {
 }
 
 void lock_acquire(shoal_lock_t *lock) {
-  note_in_hand(lock);
+  os_signals_hold();
   lock_acquire_plain(lock);
 }
 
 void lock_release(shoal_lock_t *lock) {
   lock_release_plain(lock);
-  forget_in_hand(lock);
+  os_signals_release();
 }
 
-bool lock_held_by_me(const shoal_lock_t *lock) {
-  for (size_t i = 0; i < 2; i++)
-    if (in_hand[i] == lock) return true;
-  return false;
-}
-
+/* In a fork child only, for a lock fork does not hold (the trace's). */
 void lock_reset(shoal_lock_t *lock) {
   atomic_store_explicit(&lock->word, LOCK_FREE, memory_order_relaxed);
 }
 
-/* For fork's prepare handler: hold the lock across fork() unless this
- * thread holds it already (a fork from a signal handler that interrupted
- * it), which must not wait on itself. True when taken here. */
-bool lock_acquire_for_fork(shoal_lock_t *lock) {
-  if (lock_held_by_me(lock)) return false;
-  lock_acquire(lock);
-  return true;
+/* ---- fork: every registered lock held across it ----
+ * Registered at start-up in the order code takes them (the diagnostics'
+ * before the arena's before the huge cache's), and taken in that order, with
+ * signals held from the first: a handler forking again cannot run between
+ * this prepare and the parent's or child's handler. The child, where only
+ * the forking thread lives, sets them free. */
+enum { FORK_LOCKS_MAX = 96 };
+static shoal_lock_t *fork_locks[FORK_LOCKS_MAX];
+static size_t fork_lock_count;
+
+void lock_register_for_fork(shoal_lock_t *lock) {
+  if (fork_lock_count < FORK_LOCKS_MAX) fork_locks[fork_lock_count++] = lock;
+}
+
+void lock_fork_prepare(void) {
+  os_signals_hold();
+  for (size_t i = 0; i < fork_lock_count; i++) lock_acquire_plain(fork_locks[i]);
+}
+
+void lock_fork_parent(void) {
+  for (size_t i = fork_lock_count; i-- > 0;) lock_release_plain(fork_locks[i]);
+  os_signals_release();
+}
+
+void lock_fork_child(void) {
+  for (size_t i = 0; i < fork_lock_count; i++) lock_reset(fork_locks[i]);
+  os_signals_release();
 }

@@ -3,8 +3,10 @@
  * Vocabulary: "map" reserves and commits address space (Linux commits
  * lazily: untouched pages cost no memory); "purge" gives the pages of a
  * range back with MADV_DONTNEED, leaving it mapped and reading as zero;
- * "unmap" returns the range itself. Reserved bytes are counted here;
- * committed bytes (what may be resident) are noted by the callers. */
+ * "unmap" returns the range itself; "protect" makes pages inaccessible, or
+ * accessible again, for checked mode, whose faults os_catch_faults hands it.
+ * Reserved bytes are counted here; committed bytes (what may be resident)
+ * are noted by the callers. */
 #define _GNU_SOURCE
 #include "internal.h"
 
@@ -19,6 +21,7 @@
 #include <sys/random.h>
 #include <sys/syscall.h>
 #include <time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 static _Atomic(size_t) reserved_bytes, committed_bytes, peak_committed_bytes;
@@ -133,6 +136,65 @@ void *os_remap_aligned(void *address, size_t old_size, size_t new_size, size_t a
   return p;
 }
 
+bool os_protect(void *address, size_t size, bool accessible) {
+  int saved = errno;
+  int done = mprotect(address, size, accessible ? PROT_READ | PROT_WRITE : PROT_NONE);
+  errno = saved;
+  return done == 0;
+}
+
+/* ---- faults, for checked mode ---- */
+
+static void (*fault_handler)(const void *address, const char *access, const void *instruction);
+static struct sigaction previous_segv, previous_bus;
+
+/* Whether the faulting access wrote, where the CPU tells: on x86-64 the
+ * page fault's error code, bit 1. */
+static const char *fault_access(const void *context) {
+#if defined(__x86_64__)
+  const ucontext_t *state = context;
+  return (state->uc_mcontext.gregs[REG_ERR] & 2) != 0 ? "write" : "read";
+#else
+  (void)context;
+  return "access";
+#endif
+}
+
+static const void *fault_instruction(const void *context) {
+#if defined(__x86_64__)
+  return (const void *)((const ucontext_t *)context)->uc_mcontext.gregs[REG_RIP];
+#elif defined(__aarch64__)
+  return (const void *)((const ucontext_t *)context)->uc_mcontext.pc;
+#else
+  (void)context;
+  return NULL;
+#endif
+}
+
+/* A fault the checked mode does not claim: the previous handler comes
+ * back, and returning repeats the access, which faults again into it. A
+ * SIGSEGV sent by kill() would not come again, so it is sent anew. */
+static void on_fault(int signal, siginfo_t *info, void *context) {
+  int saved = errno;
+  if (info->si_code > 0) /* from the kernel: a real fault */
+    fault_handler(info->si_addr, fault_access(context), fault_instruction(context));
+  sigaction(signal, signal == SIGBUS ? &previous_bus : &previous_segv, NULL);
+  if (info->si_code <= 0) raise(signal);
+  errno = saved;
+}
+
+bool os_catch_faults(void (*handler)(const void *address, const char *access,
+                                     const void *instruction)) {
+  struct sigaction action;
+  memset(&action, 0, sizeof action);
+  action.sa_sigaction = on_fault;
+  action.sa_flags = SA_SIGINFO | SA_ONSTACK; /* a stack overflow's fault needs another stack */
+  sigemptyset(&action.sa_mask);
+  fault_handler = handler;
+  return sigaction(SIGSEGV, &action, &previous_segv) == 0 &&
+         sigaction(SIGBUS, &action, &previous_bus) == 0;
+}
+
 int64_t os_now_ms(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
@@ -155,6 +217,30 @@ void os_futex_wait(_Atomic(int) *address, int expected) {
 
 void os_futex_wake_one(_Atomic(int) *address) {
   syscall(SYS_futex, (int *)address, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+/* Signals a handler could take at any moment wait while shoal holds a lock
+ * (lock.c says why); faults stay deliverable, as a blocked SIGSEGV would
+ * kill the process instead of calling its handler. Nested holds count. */
+static _Thread_local unsigned signals_held;
+static _Thread_local sigset_t signals_before_hold;
+
+void os_signals_hold(void) {
+  if (signals_held == 0) {
+    /* A handler that runs before the mask is in place nests whole and leaves
+     * the count at 0; after it, none runs. */
+    sigset_t deferred, before;
+    sigfillset(&deferred);
+    static const int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS};
+    for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) sigdelset(&deferred, faults[i]);
+    pthread_sigmask(SIG_BLOCK, &deferred, &before);
+    signals_before_hold = before;
+  }
+  signals_held++;
+}
+
+void os_signals_release(void) {
+  if (--signals_held == 0) pthread_sigmask(SIG_SETMASK, &signals_before_hold, NULL);
 }
 
 void os_yield(void) {

@@ -48,11 +48,17 @@ bool page_extend(shoal_page_t *page) {
   if (count == 0) count = 1;
   if (count > page->reserved - page->capacity) count = page->reserved - page->capacity;
   uint8_t *first = page->start + (size_t)page->capacity * size;
-  for (size_t i = 0; i + 1 < count; i++)
-    ((shoal_block_t *)(first + i * size))->next = (shoal_block_t *)(first + (i + 1) * size);
-  ((shoal_block_t *)(first + (count - 1) * size))->next = page->free;
+  /* Each block gets the free key as well as the link (the same line): a
+   * free of a block never handed out is then a double free to the block
+   * test, not a second entry on the free list. */
+  for (size_t i = 0; i < count; i++) {
+    shoal_block_t *block = (shoal_block_t *)(first + i * size);
+    block->next = i + 1 < count ? (shoal_block_t *)(first + (i + 1) * size) : page->free;
+    block->key = free_key;
+  }
   page->free = (shoal_block_t *)first;
   page->capacity += (uint32_t)count;
+  page_publish_extent(page);
   return true;
 }
 

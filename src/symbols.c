@@ -335,7 +335,7 @@ size_t symbol_name(const void *address, char *out, size_t capacity) {
   uintptr_t bias = (uintptr_t)map->l_addr;
   /* Never wait: the holder may be the thread this one interrupted, or a
    * thread that did not survive a fork. A busy cache costs one mapping. */
-  if (!lock_held_by_me(&symbols_lock) && lock_try_acquire(&symbols_lock)) {
+  if (lock_try_acquire(&symbols_lock)) {
     symbol_format(&text, object_cache_get(path, bias, info.dli_fbase), address, &info);
     lock_release(&symbols_lock);
   } else {

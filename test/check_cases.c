@@ -68,10 +68,22 @@ SITE_FUNCTION unsigned char *alloc_aligned(size_t alignment, size_t size) {
   return block;
 }
 
+SITE_FUNCTION unsigned char *alloc_zero(void) {
+  unsigned char *block = malloc(opaque_size(0));
+  CHECK(block != NULL);
+  return block;
+}
+
 /* A store the compiler cannot drop or move: byte `offset` of block. */
 SITE_FUNCTION void poke(void *block, ptrdiff_t offset) {
   volatile unsigned char *byte = (volatile unsigned char *)block + offset;
   *byte = 0x5A;
+}
+
+/* A load the compiler cannot drop or move: byte `offset` of block. */
+SITE_FUNCTION unsigned char peek(const void *block, ptrdiff_t offset) {
+  const volatile unsigned char *byte = (const volatile unsigned char *)block + offset;
+  return *byte;
 }
 
 /* ---- helpers ---- */
@@ -84,6 +96,15 @@ static void announce(const void *pointer) {
 
 static bool ignoring(void) {
   return shoal_option_get(SHOAL_OPTION_ABORT_ON_ERROR) == 0;
+}
+
+/* SHOAL_CHECK=1, and shoal serves malloc (a sanitizer's runtime may keep it). */
+static bool checked_mode(void) {
+  const char *check = getenv("SHOAL_CHECK");
+  void *block = malloc(16);
+  bool served = shoal_owns(block);
+  free(block);
+  return served && check != NULL && strcmp(check, "1") == 0;
 }
 
 enum { WITNESS_COUNT = 16 };
@@ -269,6 +290,16 @@ static int case_free_misaligned_small(void) {
 static int case_free_misaligned_large(void) {
   return free_inside(alloc_large(LARGE_SIZE), LARGE_SIZE, 8);
 }
+/* Inside a freed large block, which checked mode keeps inaccessible: the
+ * block is found without reading it. */
+static int case_free_inside_large_freed(void) {
+  unsigned char *block = alloc_large(LARGE_SIZE);
+  free(block);
+  void *bad = opaque_pointer(block + 4096);
+  announce(bad);
+  free(bad);
+  return 0;
+}
 
 /* malloc_usable_size(bad) returns 0 once ignored; the block is untouched. */
 static int usable_size_of_bad(unsigned char *block, size_t offset, bool freed) {
@@ -449,8 +480,8 @@ static int case_overrun_aligned4096_check_heap(void) {
 static int write_after_free_churned(unsigned char *block, size_t size) {
   pattern_fill(block, size, 6);
   free(block);
-  poke(block, (ptrdiff_t)(size / 2)); /* clear of the core's free-list words */
   announce(block);
+  poke(block, (ptrdiff_t)(size / 2)); /* clear of the core's free-list words */
   churn(4 * MIB);
   return 0;
 }
@@ -462,11 +493,13 @@ static int case_write_after_free_large_quarantine(void) {
   return write_after_free_churned(alloc_large(LARGE_SIZE), LARGE_SIZE);
 }
 
-/* Found by shoal_check_heap while the block is still quarantined. */
+/* Found by shoal_check_heap while the block is still quarantined. (Checked
+ * mode keeps a quarantined large or huge block inaccessible: for those the
+ * write itself faults, as in the cases below.) */
 static int write_after_free_checked(unsigned char *block, size_t size) {
   free(block);
-  poke(block, (ptrdiff_t)(size / 2));
   announce(block);
+  poke(block, (ptrdiff_t)(size / 2));
   expect_heap_faults(shoal_check_heap());
   return 0;
 }
@@ -479,6 +512,64 @@ static int case_write_after_free_large_check_heap(void) {
 }
 static int case_write_after_free_huge_check_heap(void) {
   return write_after_free_checked(alloc_huge(HUGE_SIZE), HUGE_SIZE);
+}
+
+/* ---- touching an inaccessible block ----
+ * Checked mode makes a quarantined large or huge block's pages
+ * inaccessible, and malloc(0) returns an address nothing may be read or
+ * written through: the touch itself faults, and is reported. Abort on error
+ * cannot be turned off for it (the access would only fault again). Without
+ * checked mode the touch reads or writes memory shoal still holds. */
+
+static int touch(unsigned char *block, ptrdiff_t offset, bool write) {
+  announce(block);
+  if (write)
+    poke(block, offset);
+  else
+    (void)peek(block, offset);
+  return 0;
+}
+
+static int touch_freed(unsigned char *block, size_t size, bool write) {
+  pattern_fill(block, size, 10);
+  free(block);
+  return touch(block, (ptrdiff_t)(size / 2), write);
+}
+
+static int case_read_after_free_large(void) {
+  return touch_freed(alloc_large(LARGE_SIZE), LARGE_SIZE, false);
+}
+static int case_write_after_free_large(void) {
+  return touch_freed(alloc_large(LARGE_SIZE), LARGE_SIZE, true);
+}
+static int case_write_after_free_huge(void) {
+  return touch_freed(alloc_huge(HUGE_SIZE), HUGE_SIZE, true);
+}
+/* Another block of the size allocated meanwhile: without checked mode it
+ * is the freed one's memory, which the stale pointer then reads. */
+static int case_read_after_free_large_reused(void) {
+  unsigned char *block = alloc_large(LARGE_SIZE);
+  free(block);
+  unsigned char *other = malloc(LARGE_SIZE);
+  CHECK(other != NULL);
+  memset(other, 0x66, LARGE_SIZE);
+  int status = touch(block, 1000, false);
+  free(other);
+  return status;
+}
+static int case_read_malloc_zero(void) {
+  return touch(alloc_zero(), 0, false);
+}
+static int case_write_malloc_zero(void) {
+  return touch(alloc_zero(), 0, true);
+}
+static int case_read_after_free_malloc_zero(void) {
+  unsigned char *block = alloc_zero();
+  free(block);
+  return touch(block, 0, false);
+}
+static int case_double_free_malloc_zero(void) {
+  return double_free(alloc_zero(), 0, 64);
 }
 
 /* ---- legal programs: exit 0, nothing on stderr ---- */
@@ -581,6 +672,63 @@ static int case_legal_malloc_zero(void) {
   a = calloc(0, 0);
   CHECK(a != NULL);
   free(a);
+  return 0;
+}
+
+/* malloc(0)'s pointers: distinct, freeable, reallocable to a real block;
+ * checked mode gives them no usable byte. */
+static int case_legal_malloc_zero_realloc(void) {
+  enum { COUNT = 100 };
+  unsigned char *blocks[COUNT];
+  for (int i = 0; i < COUNT; i++) {
+    blocks[i] = malloc(opaque_size(0));
+    CHECK(blocks[i] != NULL);
+    for (int j = 0; j < i; j++) CHECK(blocks[j] != blocks[i]);
+    if (checked_mode()) CHECK(malloc_usable_size(blocks[i]) == 0);
+  }
+  for (int i = 0; i < COUNT; i += 2) free(blocks[i]);
+  for (int i = 1; i < COUNT; i += 2) {
+    blocks[i] = realloc(blocks[i], 100);
+    CHECK(blocks[i] != NULL);
+    memset(blocks[i], 0x55, 100);
+    free(blocks[i]);
+  }
+  CHECK(shoal_check_heap() == 0);
+  return 0;
+}
+
+/* A large and a huge block freed, the quarantine emptied (their pages
+ * accessible again), then blocks of their sizes written throughout. */
+static int case_legal_reuse_after_collect(void) {
+  static const size_t sizes[] = {LARGE_SIZE, HUGE_SIZE};
+  for (int round = 0; round < 4; round++) {
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+      unsigned char *block = malloc(sizes[i]);
+      CHECK(block != NULL);
+      memset(block, round, sizes[i]);
+      free(block);
+      shoal_collect(true);
+    }
+  }
+  CHECK(shoal_check_heap() == 0);
+  return 0;
+}
+
+/* With SHOAL_CHECK_QUARANTINE=0 (check.sh sets it) a freed block goes
+ * back to the core at once, a large one too: none stays live there. */
+static int case_legal_no_quarantine(void) {
+  static const size_t sizes[] = {0, SMALL_SIZE, LARGE_SIZE, HUGE_SIZE};
+  shoal_stats_t before, after;
+  shoal_stats_get(&before);
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    unsigned char *block = malloc(opaque_size(sizes[i]));
+    CHECK(block != NULL);
+    memset(block, 0x77, sizes[i]);
+    free(block);
+  }
+  shoal_stats_get(&after);
+  CHECK_CTX(after.live_blocks == before.live_blocks, "%zu blocks live, %zu before",
+            after.live_blocks, before.live_blocks);
   return 0;
 }
 
@@ -756,6 +904,7 @@ static const check_case_t cases[] = {
     FAULT("free-inside-huge", case_free_inside_huge),
     FAULT("free-misaligned-small", case_free_misaligned_small),
     FAULT("free-misaligned-large", case_free_misaligned_large),
+    FAULT("free-inside-large-freed", case_free_inside_large_freed),
     FAULT("usable-size-inside", case_usable_size_inside),
     FAULT("usable-size-misaligned", case_usable_size_misaligned),
     FAULT("usable-size-freed", case_usable_size_freed),
@@ -789,12 +938,23 @@ static const check_case_t cases[] = {
     FAULT("write-after-free-small-check-heap", case_write_after_free_small_check_heap),
     FAULT("write-after-free-large-check-heap", case_write_after_free_large_check_heap),
     FAULT("write-after-free-huge-check-heap", case_write_after_free_huge_check_heap),
+    FAULT("read-after-free-large", case_read_after_free_large),
+    FAULT("write-after-free-large", case_write_after_free_large),
+    FAULT("read-after-free-large-reused", case_read_after_free_large_reused),
+    FAULT("write-after-free-huge", case_write_after_free_huge),
+    FAULT("read-malloc-zero", case_read_malloc_zero),
+    FAULT("write-malloc-zero", case_write_malloc_zero),
+    FAULT("read-after-free-malloc-zero", case_read_after_free_malloc_zero),
+    FAULT("double-free-malloc-zero", case_double_free_malloc_zero),
     LEGAL("legal-calloc-overflow", case_legal_calloc_overflow),
     LEGAL("legal-calloc-zeroed", case_legal_calloc_zeroed),
     LEGAL("legal-realloc-growth", case_legal_realloc_growth),
     LEGAL("legal-realloc-shrink", case_legal_realloc_shrink),
     LEGAL("legal-realloc-edges", case_legal_realloc_edges),
     LEGAL("legal-malloc-zero", case_legal_malloc_zero),
+    LEGAL("legal-malloc-zero-realloc", case_legal_malloc_zero_realloc),
+    LEGAL("legal-reuse-after-collect", case_legal_reuse_after_collect),
+    LEGAL("legal-no-quarantine", case_legal_no_quarantine),
     LEGAL("legal-huge-sizes", case_legal_huge_sizes),
     LEGAL("legal-aligned", case_legal_aligned),
     LEGAL("legal-usable-size", case_legal_usable_size),

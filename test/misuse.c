@@ -9,6 +9,7 @@
  * their contents, a double-freed block is not handed out twice, a bad
  * realloc returns NULL) and exits 0. */
 #include <malloc.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "shoal.h"
@@ -162,16 +163,167 @@ static int case_free_inside_large(void) {
   return free_inside(5 * MIB, 4096 + 16);
 }
 
+/* ---- pointers into shoal's memory that are no live block ----
+ * Each bad free happens on this thread or, for the -remote cases, on
+ * another one (a remote free takes another path). Ignored, it must leave
+ * the heap whole: every later block distinct and writable. */
+
+#define SEGMENT_BYTES ((uintptr_t)4 * MIB) /* shoal's segment: a header, then pages */
+
+static void *bad_free_run(void *bad) {
+  free(bad);
+  return NULL;
+}
+
+static void free_on(void *bad, bool remote) {
+  announce(bad);
+  if (!remote) {
+    free(bad);
+    return;
+  }
+  pthread_t thread;
+  CHECK(pthread_create(&thread, NULL, bad_free_run, bad) == 0);
+  CHECK(pthread_join(thread, NULL) == 0);
+}
+
+/* Many blocks of `size` after the bad free: all distinct, all keep what was
+ * written, so no block was handed out twice and no count went wrong. */
+static void check_heap_whole(size_t size) {
+  enum { COUNT = 3000 };
+  static unsigned char *blocks[COUNT];
+  for (int i = 0; i < COUNT; i++) {
+    blocks[i] = malloc(size);
+    CHECK(blocks[i] != NULL);
+    pattern_fill(blocks[i], size, (uint64_t)i + 100);
+  }
+  for (int i = 0; i < COUNT; i++) {
+    CHECK_CTX(pattern_check(blocks[i], size, (uint64_t)i + 100), "block %d (%p) was overwritten", i,
+              (void *)blocks[i]);
+    free(blocks[i]);
+  }
+  check_not_handed_out_twice(size);
+}
+
+/* An address at a block boundary of a live block's page, past every block
+ * the page has handed out (glibc: "free(): invalid pointer"). */
+static int free_past_blocks(bool remote) {
+  witnesses_make(16);
+  unsigned char *block = malloc(16);
+  CHECK(block != NULL);
+  free_on(opaque_pointer(block + 16384), remote);
+  free(block);
+  check_heap_whole(16);
+  witnesses_check_and_free(16);
+  return 0;
+}
+static int case_free_past_blocks(void) {
+  return free_past_blocks(false);
+}
+static int case_free_past_blocks_remote(void) {
+  return free_past_blocks(true);
+}
+
+/* A block the page has carved but never handed out: already free. A size
+ * no start-up code asks for, so the page is fresh and its first block ours. */
+static int free_never_handed_out(bool remote) {
+  enum { SIZE = 1000 };
+  witnesses_make(SIZE);
+  unsigned char *first = malloc(SIZE);
+  CHECK(first != NULL);
+  size_t usable = malloc_usable_size(first);
+  free_on(opaque_pointer(first + 3 * usable), remote);
+  free(first);
+  check_heap_whole(SIZE);
+  witnesses_check_and_free(SIZE);
+  return 0;
+}
+static int case_free_never_handed_out(void) {
+  return free_never_handed_out(false);
+}
+static int case_free_never_handed_out_remote(void) {
+  return free_never_handed_out(true);
+}
+
+/* The header of the segment that holds a live block. */
+static int free_segment_header(bool remote, uintptr_t offset) {
+  witnesses_make(64);
+  unsigned char *block = malloc(64);
+  CHECK(block != NULL);
+  free_on(opaque_pointer((void *)(((uintptr_t)block & ~(SEGMENT_BYTES - 1)) + offset)), remote);
+  free(block);
+  check_heap_whole(64);
+  witnesses_check_and_free(64);
+  return 0;
+}
+static int case_free_segment_start(void) {
+  return free_segment_header(false, 0);
+}
+static int case_free_segment_header(void) {
+  return free_segment_header(false, 4096);
+}
+static int case_free_segment_header_remote(void) {
+  return free_segment_header(true, 4096);
+}
+
+/* The tail of a huge block, past its first 4 MiB. */
+static int free_huge_tail(bool remote) {
+  size_t size = 9 * MIB;
+  witnesses_make(64);
+  unsigned char *block = malloc(size);
+  CHECK(block != NULL);
+  pattern_fill(block, size, 9);
+  free_on(opaque_pointer(block + 5 * MIB), remote);
+  CHECK(pattern_check(block, size, 9));
+  free(block);
+  check_heap_whole(64);
+  witnesses_check_and_free(64);
+  return 0;
+}
+static int case_free_huge_tail(void) {
+  return free_huge_tail(false);
+}
+static int case_free_huge_tail_remote(void) {
+  return free_huge_tail(true);
+}
+
+/* A block interior, freed by another thread. */
+static int case_free_inside_remote(void) {
+  witnesses_make(64);
+  unsigned char *block = malloc(64);
+  CHECK(block != NULL);
+  pattern_fill(block, 64, 5);
+  free_on(opaque_pointer(block + 16), true);
+  CHECK(pattern_check(block, 64, 5));
+  free(block);
+  check_heap_whole(64);
+  witnesses_check_and_free(64);
+  return 0;
+}
+
 typedef struct misuse_case_s {
   const char *name;
   int (*run)(void);
 } misuse_case_t;
 
 static const misuse_case_t cases[] = {
-    {"free-stack", case_free_stack},         {"free-static", case_free_static},
-    {"free-inside", case_free_inside_small}, {"free-inside-large", case_free_inside_large},
-    {"double-free", case_double_free},       {"double-free-later", case_double_free_later},
-    {"realloc-inside", case_realloc_inside}, {"usable-size-inside", case_usable_size_inside},
+    {"free-stack", case_free_stack},
+    {"free-static", case_free_static},
+    {"free-inside", case_free_inside_small},
+    {"free-inside-large", case_free_inside_large},
+    {"double-free", case_double_free},
+    {"double-free-later", case_double_free_later},
+    {"realloc-inside", case_realloc_inside},
+    {"usable-size-inside", case_usable_size_inside},
+    {"free-past-blocks", case_free_past_blocks},
+    {"free-past-blocks-remote", case_free_past_blocks_remote},
+    {"free-never-handed-out", case_free_never_handed_out},
+    {"free-never-handed-out-remote", case_free_never_handed_out_remote},
+    {"free-segment-start", case_free_segment_start},
+    {"free-segment-header", case_free_segment_header},
+    {"free-segment-header-remote", case_free_segment_header_remote},
+    {"free-huge-tail", case_free_huge_tail},
+    {"free-huge-tail-remote", case_free_huge_tail_remote},
+    {"free-inside-remote", case_free_inside_remote},
 };
 
 int main(int argc, char **argv) {

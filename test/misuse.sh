@@ -84,6 +84,16 @@ double-free           free                double free
 double-free-later     free                double free
 realloc-inside        realloc             inside a block
 usable-size-inside    malloc_usable_size  inside a block
+free-past-blocks      free                was never allocated
+free-past-blocks-remote free              was never allocated
+free-never-handed-out free                double free
+free-never-handed-out-remote free         double free
+free-segment-start    free                not allocated by shoal
+free-segment-header   free                not allocated by shoal
+free-segment-header-remote free           not allocated by shoal
+free-huge-tail        free                inside a block
+free-huge-tail-remote free                inside a block
+free-inside-remote    free                inside a block
 "
 count=0
 while read -r name function kind; do

@@ -2,13 +2,15 @@
  *
  * The threads are created first (their stacks need address space), then
  * RLIMIT_AS is set to the current size plus HEADROOM. Eight threads
- * allocate mixed sizes (64 B .. 8 MiB) until allocations keep failing; every
- * failure must be NULL with errno ENOMEM (calloc, realloc and posix_memalign
- * too), nothing may crash, and an alarm turns a hang into a failure. Then
+ * allocate mixed sizes (64 B .. 8 MiB) by every entry point until
+ * allocations keep failing; every failure must be NULL with errno ENOMEM
+ * (posix_memalign: ENOMEM returned and in errno; realloc: the old block
+ * intact), nothing may crash, and an alarm turns a hang into a failure. Then
  * each thread frees everything it holds and, once all have, allocation of
  * every kind must work again in every thread: a lock left held by a failed
  * path would hang here, a leaked reservation would fail here. */
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -17,9 +19,10 @@
 #include "shoal.h"
 #include "testhelper.h"
 
-#define KIB      ((size_t)1024)
-#define MIB      (KIB * KIB)
-#define HEADROOM (256 * MIB)
+#define KIB            ((size_t)1024)
+#define MIB            (KIB * KIB)
+#define HEADROOM       (256 * MIB)
+#define ERRNO_SENTINEL EBADF
 
 enum { WORKER_COUNT = 8, FAILURES_TO_STOP = 200, ALARM_SECONDS = 60 };
 
@@ -56,12 +59,13 @@ static size_t random_size(test_rng_t *rng) {
   return rng_range(rng, 256 * KIB, 8 * MIB);
 }
 
-/* One allocation by a function picked at random; NULL means failure, with
- * errno checked here. */
+/* One allocation by an entry point picked at random; NULL means failure,
+ * with errno checked here. errno holds a sentinel before each call, so a
+ * failure that leaves it alone is caught. */
 static held_block_t *allocate_one(test_rng_t *rng, size_t size) {
   void *block = NULL;
-  errno = 0;
-  switch (rng_next(rng) % 4) {
+  errno = ERRNO_SENTINEL;
+  switch (rng_next(rng) % 9) {
   case 0:
     block = malloc(size);
     break;
@@ -72,23 +76,40 @@ static held_block_t *allocate_one(test_rng_t *rng, size_t size) {
     int error = posix_memalign(&block, 4096, size);
     CHECK_CTX(error == 0 || error == ENOMEM, "posix_memalign(4096, %zu) returned %d", size, error);
     if (error != 0) {
+      CHECK_CTX(errno == ENOMEM, "posix_memalign(4096, %zu) failed with errno %d", size, errno);
       CHECK(block == NULL);
       return NULL;
     }
-    errno = 0;
     break;
   }
+  case 3:
+    block = aligned_alloc(64, size);
+    break;
+  case 4:
+    block = memalign(256 * KIB, size);
+    break;
+  case 5:
+    block = valloc(size);
+    break;
+  case 6:
+    block = pvalloc(size);
+    break;
+  case 7:
+    block = reallocarray(NULL, size / 16 + 1, 16);
+    break;
   default: {
     /* realloc growth from a small block; on failure the small one stays. */
-    void *small = malloc(64);
+    unsigned char *small = malloc(64);
     if (small == NULL) {
       CHECK_CTX(errno == ENOMEM, "malloc(64) failed with errno %d", errno);
       return NULL;
     }
-    errno = 0;
+    memset(small, 0xa5, 64);
+    errno = ERRNO_SENTINEL;
     block = realloc(small, size);
     if (block == NULL) {
       CHECK_CTX(errno == ENOMEM, "realloc(64 -> %zu) failed with errno %d", size, errno);
+      CHECK(small[0] == 0xa5 && small[63] == 0xa5);
       free(small);
       return NULL;
     }
