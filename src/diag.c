@@ -40,7 +40,14 @@ static const char *contention_path;
 
 /* ---- entering and leaving the core ---- */
 
-static inline void core_enter(void) {
+/* Where every call takes several locks (each block tracked), signals are
+ * held off once for the whole call rather than at each lock (lock.c). */
+static inline bool holds_signals(int modes) {
+  return (modes & (DIAG_CHECK | DIAG_LEAKS_ALL)) != 0;
+}
+
+static inline void core_enter(int modes) {
+  if (holds_signals(modes)) os_signals_hold();
   diag_inside = true;
   if (thread_heap_parked != NULL) {
     thread_heap = thread_heap_parked;
@@ -48,12 +55,13 @@ static inline void core_enter(void) {
   }
 }
 
-static inline void core_leave(void) {
+static inline void core_leave(int modes) {
   if (thread_heap != &heap_empty) {
     thread_heap_parked = thread_heap;
     thread_heap = &heap_empty;
   }
   diag_inside = false;
+  if (holds_signals(modes)) os_signals_release();
 }
 
 /* ---- call sites ---- */
@@ -237,7 +245,7 @@ static void *core_malloc(size_t size, size_t alignment, caller_t caller) {
 
 void *diag_malloc(size_t size, size_t alignment, caller_t caller) {
   int modes = diag_mode();
-  core_enter();
+  core_enter(modes);
   contention_probe_t probe;
   contention_probe(&probe);
   site_t site;
@@ -256,7 +264,7 @@ void *diag_malloc(size_t size, size_t alignment, caller_t caller) {
     trace_note(alignment != 0 ? SHOAL_TRACE_ALIGNED : SHOAL_TRACE_MALLOC, p, p, size, alignment,
                trace_next_sequence());
   if (modes & DIAG_CONTENTION) contention_after(&probe, caller);
-  core_leave();
+  core_leave(modes);
   return p;
 }
 
@@ -270,7 +278,7 @@ static bool owned_elsewhere(const void *p) {
 static void diag_release(void *p, size_t size_hint, const char *function, caller_t caller) {
   if (p == NULL) return;
   int modes = diag_mode();
-  core_enter();
+  core_enter(modes);
   contention_probe_t probe;
   contention_probe(&probe);
   if ((modes & DIAG_CONTENTION) && owned_elsewhere(p))
@@ -285,7 +293,7 @@ static void diag_release(void *p, size_t size_hint, const char *function, caller
     free_fast(p, size_hint, caller);
   }
   if (modes & DIAG_CONTENTION) contention_after(&probe, caller);
-  core_leave();
+  core_leave(modes);
 }
 
 void diag_free(void *p, size_t size_hint, caller_t caller) {
@@ -299,7 +307,7 @@ void *diag_realloc(void *p, size_t size, caller_t caller) {
     return NULL;
   }
   int modes = diag_mode();
-  core_enter();
+  core_enter(modes);
   contention_probe_t probe;
   contention_probe(&probe);
   uint64_t sequence = (modes & DIAG_TRACE) ? trace_next_sequence() : 0; /* before p is freed */
@@ -319,21 +327,22 @@ void *diag_realloc(void *p, size_t size, caller_t caller) {
   }
   if (modes & DIAG_TRACE) trace_note(SHOAL_TRACE_REALLOC, p, fresh, size, 0, sequence);
   if (modes & DIAG_CONTENTION) contention_after(&probe, caller);
-  core_leave();
+  core_leave(modes);
   return fresh;
 }
 
 size_t diag_usable_size(const void *p, const char *function, caller_t caller) {
-  core_enter();
+  int modes = diag_mode();
+  core_enter(modes);
   size_t size;
-  if (diag_mode() & DIAG_CHECK) {
+  if (modes & DIAG_CHECK) {
     site_t site;
     site_capture(&site, caller);
     size = check_usable_size(p, function, &site);
   } else {
     size = api_usable_size(p, function, caller);
   }
-  core_leave();
+  core_leave(modes);
   return size;
 }
 
@@ -399,12 +408,13 @@ void diag_load_unwinder(void) {
 }
 
 void diag_collect(void) {
-  if (!(diag_mode() & DIAG_CHECK) || diag_inside) return;
-  core_enter();
+  int modes = diag_mode();
+  if (!(modes & DIAG_CHECK) || diag_inside) return;
+  core_enter(modes);
   site_t site;
   site_capture(&site, CALLER());
   check_quarantine_empty(&site);
-  core_leave();
+  core_leave(modes);
 }
 
 void diag_fork_child(void) {
@@ -421,9 +431,9 @@ void diag_thread_exit(void) {
 __attribute__((destructor(101))) static void diag_at_exit(void) {
   int modes = diag_mode();
   if (modes == 0) return;
-  core_enter();
+  core_enter(modes);
   if (modes & DIAG_TRACE) trace_flush_all();
   if (modes & DIAG_LEAKS) leaks_report();
   if (modes & DIAG_CONTENTION) contention_report();
-  core_leave();
+  core_leave(modes);
 }
