@@ -37,7 +37,7 @@
  * live. */
 #include "bench.h"
 
-#include "../src/trace_format.h"
+#include "../src/diag/trace_format.h"
 
 #include <errno.h>
 #include <sched.h>

@@ -139,7 +139,7 @@ def build(names, build_dir):
     jobs = []
     for name in names:
         source, binary = BENCH_DIR / f"{name}.c", build_dir / name
-        depends = [source, header] + ([ROOT / "src" / "trace_format.h"] if name == "replay" else [])
+        depends = [source, header] + ([ROOT / "src" / "diag" / "trace_format.h"] if name == "replay" else [])
         newest = max(path.stat().st_mtime for path in depends)
         if binary.exists() and binary.stat().st_mtime >= newest:
             continue
@@ -225,7 +225,7 @@ REDIS_REQUESTS = {"tiny": 20000, "quick": 200000, "full": 1000000}
 REDIS_TESTS = ["set", "get", "lpush", "lpop", "incr"]
 # gcc -O2 -c of our own sources, all in one gcc run (cc1 once per file).
 COMPILE_SOURCES = {"tiny": ["bench/larson.c"], "quick": ["bench/*.c"],
-                   "full": ["bench/*.c", "src/*.c"]}
+                   "full": ["bench/*.c", "src/*/*.c"]}
 # Runs the command in argv[2:] and writes its ru_maxrss (its largest process,
 # cc1 included) to argv[1]. A fresh small process, not the runner: a child's
 # ru_maxrss starts at the high-water mark of the process it was forked from.

@@ -74,7 +74,7 @@ SHOAL_API void shoal_collect(bool force);
  * always current); while threads run they are a snapshot. "Cumulative"
  * figures only grow, from the start of the process.
  *
- * The two lists below generate the structs and the printers (src/stats.c):
+ * The two lists below generate the structs and the printers (src/core/stats.c, src/diag/report.c):
  * X(name, kind, description), kind COUNT or BYTES. New figures go at the end
  * of a list, so that the layout of the old ones stays as it was; the Pascal
  * unit (pascal/shoalmm.pas, TShoalStats) mirrors the layout and its test

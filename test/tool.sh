@@ -95,9 +95,9 @@ else
   fail "--verbose: the library says nothing (status $status)"
 fi
 
-# Every option of src/options.c, and each one the brief names, is accepted.
-options=$(sed -n 's/.*{"\([A-Z_]*\)", .*/\1/p' "$source_dir/src/options.c")
-[ -n "$options" ] || fail "no option names found in src/options.c"
+# Every option of src/core/options.c, and each one the brief names, is accepted.
+options=$(sed -n 's/.*{"\([A-Z_]*\)", .*/\1/p' "$source_dir/src/core/options.c")
+[ -n "$options" ] || fail "no option names found in src/core/options.c"
 for name in $(printf '%s\n' "$options" LEAKS_SAMPLE CHECK_QUARANTINE | sort -u); do
   run_shoal run --option "${name,,}=7" -- sh -c "echo \"\$SHOAL_$name\""
   if [ "$status" -eq 0 ] && [ "$(cat "$scratch/out")" = 7 ]; then
@@ -175,8 +175,8 @@ for word in '--stats[=json]' '--leaks[=all]' --leaks-file --check --contention -
   grep -qF -- "$word" "$scratch/help-run" || fail "shoal run --help does not mention $word"
 done
 for name in $options; do
-  grep -qF -- "SHOAL_$name" "$scratch/help" || fail "shoal --help does not mention SHOAL_$name (src/options.c)"
-  grep -qw -- "$name" "$scratch/help-run" || fail "shoal run --help does not mention $name (src/options.c)"
+  grep -qF -- "SHOAL_$name" "$scratch/help" || fail "shoal --help does not mention SHOAL_$name (src/core/options.c)"
+  grep -qw -- "$name" "$scratch/help-run" || fail "shoal run --help does not mention $name (src/core/options.c)"
 done
 ok "shoal --help and shoal run --help mention every flag and variable"
 for args in "help" "-h" "help run" "help bench" "help version" "help help" "bench --help" "version --help" \

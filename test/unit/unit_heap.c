@@ -3,7 +3,7 @@
  * returns to its segment when empty; a dead thread's heap is serviced by a
  * remote free and adopted by the next thread. */
 #include "../testhelper.h"
-#include "internal.h"
+#include "core/internal.h"
 
 #include <pthread.h>
 

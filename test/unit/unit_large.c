@@ -5,7 +5,7 @@
  * that still finds its segment, and an emptied segment comes back from the
  * arena cache. */
 #include "../testhelper.h"
-#include "internal.h"
+#include "core/internal.h"
 
 #include <errno.h>
 

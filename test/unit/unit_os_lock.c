@@ -1,7 +1,7 @@
 /* os and lock layers: aligned mappings, purge gives zero pages back, remap
  * keeps contents and alignment; the lock excludes and wakes sleepers. */
 #include "../testhelper.h"
-#include "internal.h"
+#include "core/internal.h"
 
 #include <pthread.h>
 

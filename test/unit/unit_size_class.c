@@ -4,7 +4,7 @@
  * to an alignment is a multiple of that alignment (what aligned allocation relies on to avoid
  * interior pointers). */
 #include "../testhelper.h"
-#include "internal.h"
+#include "core/internal.h"
 
 int main(void) {
   for (int c = 1; c < CLASS_COUNT; c++) CHECK(class_block_size[c] > class_block_size[c - 1]);

@@ -3,7 +3,7 @@
  * libc function, addresses that no function covers, truncation to a small
  * capacity, and threads naming addresses at once. */
 #include "../testhelper.h"
-#include "internal.h"
+#include "diag/diag.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

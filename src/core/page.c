@@ -14,11 +14,13 @@
  * xthread_free set; the first remote free clears the bit and queues the page
  * on the owner's notify stack, so a parked page never has to be scanned
  * (FastMM's release stack, seed 003, made lock-free and per page). */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <string.h>
 
 #define NOTIFY_BIT ((uintptr_t)1)
+
+uintptr_t free_key;
 
 void page_init(shoal_page_t *page, shoal_heap_t *heap, size_t block_size, uint8_t size_class,
                bool is_zero) {
@@ -96,10 +98,12 @@ bool page_unpark(shoal_page_t *page) {
                                                  memory_order_acq_rel, memory_order_relaxed);
 }
 
+static shoal_heap_t *page_notify_owner(shoal_page_t *page);
+
 /* A block freed by a thread that does not own the page: one CAS (retried
  * only if another thread pushed at the same instant); the first push onto a
  * parked page tells the owner. */
-void page_push_remote(shoal_page_t *page, shoal_block_t *block) {
+shoal_heap_t *page_push_remote(shoal_page_t *page, shoal_block_t *block) {
   uintptr_t head = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
   do {
     block->next = (shoal_block_t *)(head & ~NOTIFY_BIT);
@@ -107,18 +111,19 @@ void page_push_remote(shoal_page_t *page, shoal_block_t *block) {
      * notify link, which the owner's parking (a release) handed over. */
   } while (!atomic_compare_exchange_weak_explicit(&page->xthread_free, &head, (uintptr_t)block,
                                                   memory_order_acq_rel, memory_order_relaxed));
-  if (head & NOTIFY_BIT) page_notify_owner(page);
+  return (head & NOTIFY_BIT) != 0 ? page_notify_owner(page) : NULL;
 }
 
 /* Called by the remote freer that cleared the notify bit. The heap is never
- * unmapped, so reaching it is safe even if its thread is gone. */
-void page_notify_owner(shoal_page_t *page) {
+ * unmapped, so reaching it is safe even if its thread is gone; then the
+ * caller services it, a layer up. */
+static shoal_heap_t *page_notify_owner(shoal_page_t *page) {
   shoal_heap_t *heap = (shoal_heap_t *)atomic_load_explicit(&page->owner, memory_order_relaxed);
   shoal_page_t *head = atomic_load_explicit(&heap->notified, memory_order_relaxed);
   do {
     page->next_notified = head;
   } while (!atomic_compare_exchange_weak_explicit(&heap->notified, &head, page,
                                                   memory_order_seq_cst, memory_order_relaxed));
-  if (atomic_load_explicit(&heap->state, memory_order_seq_cst) == HEAP_ABANDONED)
-    heap_service_abandoned(heap);
+  bool abandoned = atomic_load_explicit(&heap->state, memory_order_seq_cst) == HEAP_ABANDONED;
+  return abandoned ? heap : NULL;
 }

@@ -1,11 +1,12 @@
-/* alloc.c — the shoal_* API: malloc and free around the inline fast paths
- * of alloc.h, and calloc, realloc, the aligned family and usable size.
+/* alloc.c — the core's slow paths around the inline fast paths of alloc.h,
+ * and calloc, realloc, aligned blocks and usable size in the core's terms
+ * (the api layer gives them the C library's names and rules).
  *
  * Bad pointers are caught where the layout makes it cheap: a pointer not in
  * any segment, a pointer that is not a block start, a block whose key word
  * says it is already free. Each gets one line on stderr naming the kind and
  * the address, then abort (SHOAL_ABORT_ON_ERROR=0: the call is ignored). */
-#include "alloc.h"
+#include "core/alloc.h"
 
 #include <errno.h>
 #include <string.h>
@@ -87,6 +88,8 @@ void *block_containing(const void *p, size_t *usable) {
 
 /* ---- free ---- */
 
+heap_counters_t orphan_counters;
+
 /* Count a free in this thread's heap. A thread may free before it ever
  * allocated, or after its heap was abandoned at exit (the C library frees
  * thread data after key destructors ran): such frees count in the shared
@@ -139,17 +142,13 @@ void heap_page_freed(shoal_heap_t *heap, shoal_page_t *page) {
 static void free_remote(shoal_page_t *page, shoal_block_t *block) {
   count_free(thread_heap, page->shared_class, page->shared_block_size, true);
   block->key = free_key;
-  page_push_remote(page, block);
+  shoal_heap_t *abandoned_owner = page_push_remote(page, block);
+  if (unlikely(abandoned_owner != NULL)) heap_service_abandoned(abandoned_owner);
 }
 
 /* A block of another heap (one CAS on its page's remote list), of a huge
  * segment, or no block at all. Reads only the page's shared line. */
 void free_not_local(shoal_page_t *page, void *p, size_t size_hint, caller_t caller) {
-  if (caller == OWN_CALLER) caller = CALLER();
-  if (unlikely(thread_heap == &heap_empty) && diag_interposes()) {
-    diag_free(p, size_hint, caller);
-    return;
-  }
   shoal_block_t *block = p;
   if (unlikely(page->shared_class >= CLASS_HUGE || size_hint > page->shared_block_size ||
                !is_carved_block(page->shared_start, page->shared_divisor,
@@ -179,12 +178,8 @@ static void free_huge(shoal_segment_t *segment, shoal_block_t *block, const void
 }
 
 slow_path void free_slow(void *p, size_t size_hint, caller_t caller) {
+  (void)caller;
   if (p == NULL) return;
-  if (caller == OWN_CALLER) caller = CALLER();
-  if (thread_heap == &heap_empty && diag_interposes()) {
-    diag_free(p, size_hint, caller);
-    return;
-  }
   int saved_errno = errno;
   shoal_page_t *page;
   shoal_block_t *block = block_lookup(p, "free", &page);
@@ -222,39 +217,15 @@ done:
   errno = saved_errno;
 }
 
-exported void shoal_free(void *p) {
-  free_fast(p, 0, OWN_CALLER);
-}
-
-exported void shoal_free_sized(void *p, size_t size) {
-  free_fast(p, size, OWN_CALLER);
-}
-
 /* ---- malloc ---- */
 
-/* A thread's first allocation; and every allocation while the diagnostics
- * interpose, since they keep thread_heap at heap_empty (diag.c). */
-static slow_path void *alloc_first(size_t size, caller_t caller) {
-  process_init();
-  if (diag_interposes()) return diag_malloc(size, 0, caller);
-  return heap_malloc_slow(&heap_empty, size);
-}
-
-/* Sizes above DIRECT_MAX: the class by bit arithmetic, then the same pop
- * from the first page of its queue; everything else is the slow path. */
+/* Sizes above DIRECT_MAX up to MEDIUM_MAX pop here; everything else is the
+ * slow path, which makes the thread's heap on its first call. */
 out_of_line void *alloc_generic(shoal_heap_t *heap, size_t size, caller_t caller) {
-  if (caller == OWN_CALLER) caller = CALLER();
-  if (likely(size > DIRECT_MAX && size <= MEDIUM_MAX)) {
-    uint8_t size_class = size_class_of_large(size);
-    shoal_page_t *page = heap->queues[size_class].first;
-    if (likely(page != NULL && page->free != NULL)) return page_pop(heap, page);
-  }
-  if (unlikely(heap == &heap_empty)) return alloc_first(size, caller);
+  (void)caller;
+  void *p = alloc_medium_pop(heap, size);
+  if (likely(p != NULL)) return p;
   return heap_malloc_slow(heap, size);
-}
-
-exported void *shoal_malloc(size_t size) {
-  return alloc_fast(size, OWN_CALLER);
 }
 
 /* ---- calloc: skip zeroing memory fresh from the OS ---- */
@@ -275,22 +246,13 @@ static void *zero_block(void *p, size_t size) {
   return p;
 }
 
-void *api_calloc(size_t count, size_t size, caller_t caller) {
-  size_t total;
-  if (unlikely(__builtin_mul_overflow(count, size, &total))) {
-    errno = ENOMEM;
-    return NULL;
-  }
+void *core_malloc_zeroed(size_t size, caller_t caller) {
   /* Big zeroed arrays are the blocks programs touch sparsely: kept from
    * huge pages (large.c), which would make every touch cost 2 MiB. */
-  if (unlikely(total > LARGE_MAX) && thread_heap != &heap_empty)
-    return heap_calloc_huge(thread_heap, total);
-  void *p = alloc_fast(total, caller);
-  return p == NULL ? NULL : zero_block(p, total);
-}
-
-exported void *shoal_calloc(size_t count, size_t size) {
-  return api_calloc(count, size, CALLER());
+  if (unlikely(size > LARGE_MAX) && thread_heap != &heap_empty)
+    return heap_calloc_huge(thread_heap, size);
+  void *p = alloc_fast(size, caller);
+  return p == NULL ? NULL : zero_block(p, size);
 }
 
 /* ---- aligned ---- */
@@ -298,10 +260,8 @@ exported void *shoal_calloc(size_t count, size_t size) {
 /* Every class is a multiple of the alignments its size allows (size_class.c)
  * and pages start on 64 KiB, so rounding the size up to the alignment is
  * enough up to MEDIUM_MAX; beyond, a large page starts on 64 KiB too. */
-static void *alloc_aligned(size_t alignment, size_t size, caller_t caller) {
+void *core_alloc_aligned(size_t alignment, size_t size, caller_t caller) {
   if (alignment <= WORD_SIZE) return alloc_fast(size, caller);
-  if (unlikely(thread_heap == &heap_empty) && diag_interposes())
-    return diag_malloc(size, alignment, caller);
   if (size == 0) size = 1;
   size_t rounded = (size + alignment - 1) & ~(alignment - 1);
   if (rounded < size || rounded > PTRDIFF_MAX) { /* no block so big, or so aligned (2^63) */
@@ -317,73 +277,9 @@ static void *alloc_aligned(size_t alignment, size_t size, caller_t caller) {
   return heap_malloc_large(heap, size, alignment);
 }
 
-static bool is_power_of_two(size_t x) {
-  return x != 0 && (x & (x - 1)) == 0;
-}
-
-int api_posix_memalign(void **result, size_t alignment, size_t size, caller_t caller) {
-  if (!is_power_of_two(alignment) || alignment % sizeof(void *) != 0) return EINVAL;
-  void *p = alloc_aligned(alignment, size, caller);
-  if (p == NULL) return ENOMEM; /* and errno ENOMEM, as glibc's: programs read either */
-  *result = p;
-  return 0;
-}
-
-void *api_aligned_alloc(size_t alignment, size_t size, caller_t caller) {
-  if (!is_power_of_two(alignment)) {
-    errno = EINVAL;
-    return NULL;
-  }
-  return alloc_aligned(alignment, size, caller);
-}
-
-void *api_memalign(size_t alignment, size_t size, caller_t caller) {
-  if (alignment <= WORD_SIZE) return alloc_fast(size, caller);
-  if (!is_power_of_two(alignment)) { /* glibc rounds up to a power of two */
-    /* Beyond 2^63 there is no power to round up to (EINVAL); up to it,
-     * alloc_aligned says ENOMEM, as glibc does. */
-    if (alignment > ((size_t)1 << 63)) {
-      errno = EINVAL;
-      return NULL;
-    }
-    alignment = (size_t)1 << (64 - __builtin_clzll(alignment));
-  }
-  return alloc_aligned(alignment, size, caller);
-}
-
-void *api_valloc(size_t size, caller_t caller) {
-  return alloc_aligned(os_page_size(), size, caller);
-}
-
-void *api_pvalloc(size_t size, caller_t caller) {
-  size_t page = os_page_size();
-  size_t rounded = (size + page - 1) & ~(page - 1);
-  if (rounded < size) {
-    errno = ENOMEM;
-    return NULL;
-  }
-  return alloc_aligned(page, rounded == 0 ? page : rounded, caller);
-}
-
-exported int shoal_posix_memalign(void **result, size_t alignment, size_t size) {
-  return api_posix_memalign(result, alignment, size, CALLER());
-}
-exported void *shoal_aligned_alloc(size_t alignment, size_t size) {
-  return api_aligned_alloc(alignment, size, CALLER());
-}
-exported void *shoal_memalign(size_t alignment, size_t size) {
-  return api_memalign(alignment, size, CALLER());
-}
-exported void *shoal_valloc(size_t size) {
-  return api_valloc(size, CALLER());
-}
-exported void *shoal_pvalloc(size_t size) {
-  return api_pvalloc(size, CALLER());
-}
-
 /* ---- usable size ---- */
 
-static size_t usable_size_of(const void *p, const char *function) {
+size_t core_usable_size(const void *p, const char *function) {
   if (p == NULL) return 0;
   shoal_page_t *page;
   shoal_block_t *block = block_lookup(p, function, &page);
@@ -392,29 +288,14 @@ static size_t usable_size_of(const void *p, const char *function) {
   return (size_t)((uint8_t *)block + page->block_size - (const uint8_t *)p);
 }
 
-size_t api_usable_size(const void *p, const char *function, caller_t caller) {
-  if (unlikely(thread_heap == &heap_empty) && diag_interposes())
-    return diag_usable_size(p, function, caller);
-  return usable_size_of(p, function);
-}
-
-exported size_t shoal_malloc_usable_size(const void *p) {
-  return api_usable_size(p, "malloc_usable_size", CALLER());
-}
-
-exported bool shoal_owns(const void *p) {
-  return segment_find(p) != NULL;
-}
-
-exported size_t shoal_block_size(const void *p) {
+size_t core_class_block_size(const void *p) {
   if (likely(segment_map_is_head(p))) {
     shoal_page_t *page = segment_page_of(segment_of(p), p);
     if (likely(page->size_class < CLASS_COUNT && page_is_carved_block(page, p) &&
                ((const shoal_block_t *)p)->key != free_key))
       return page->block_size;
   }
-  if (segment_find(p) == NULL) return 0;
-  return api_usable_size(p, "malloc_usable_size", CALLER());
+  return 0;
 }
 
 /* ---- realloc ---- */
@@ -452,7 +333,7 @@ static inline bool realloc_fits(size_t usable, size_t size) {
 }
 
 static slow_path void *realloc_slow(void *p, size_t size, caller_t caller) {
-  size_t usable = usable_size_of(p, "realloc");
+  size_t usable = core_usable_size(p, "realloc");
   if (usable == 0) {
     errno = EINVAL;
     return NULL;
@@ -495,9 +376,7 @@ static slow_path void *realloc_slow(void *p, size_t size, caller_t caller) {
   return realloc_move(p, usable, size, caller);
 }
 
-void *api_realloc(void *p, size_t size, caller_t caller) {
-  if (unlikely(thread_heap == &heap_empty) && diag_interposes())
-    return diag_realloc(p, size, caller);
+void *core_realloc(void *p, size_t size, caller_t caller) {
   if (p == NULL) return alloc_fast(size, caller);
   if (size == 0) {
     free_fast(p, 0, caller);
@@ -523,20 +402,4 @@ void *api_realloc(void *p, size_t size, caller_t caller) {
     }
   }
   return realloc_slow(p, size, caller);
-}
-
-void *api_reallocarray(void *p, size_t count, size_t size, caller_t caller) {
-  size_t total;
-  if (__builtin_mul_overflow(count, size, &total)) {
-    errno = ENOMEM;
-    return NULL;
-  }
-  return api_realloc(p, total, caller);
-}
-
-exported void *shoal_realloc(void *p, size_t size) {
-  return api_realloc(p, size, CALLER());
-}
-exported void *shoal_reallocarray(void *p, size_t count, size_t size) {
-  return api_reallocarray(p, count, size, CALLER());
 }

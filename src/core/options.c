@@ -4,7 +4,7 @@
  * 1/true/on/yes and 0/false/off/no. A value that does not parse gets one
  * warning line and the default; nothing here may allocate (it runs inside
  * the first malloc). */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,10 +1,9 @@
 /* segment.c — 4 MiB aligned regions carved into 64 KiB slices for pages.
  *
- * Owns: the segment map (which 4 MiB chunks of the address space are
- * shoal's), slice allocation inside a heap's segments, and purging of free
- * slices. A segment belongs to one heap, so nothing here takes a lock: the
- * heap's owner (or the thread servicing an abandoned heap) is the only
- * caller. Empty segments go back to the arena.
+ * Owns: slice allocation inside a heap's segments, and purging of free
+ * slices (the arena maps segments and keeps the segment map). A segment belongs to one heap, so
+ * nothing here takes a lock: the heap's owner (or the thread servicing an abandoned heap) is the
+ * only caller. Empty segments go back to the arena.
  *
  * Invariants: slice 0 is the header and never free; free_slices has a bit
  * per slice not in any page; page_offset[i] locates the descriptor of the
@@ -12,7 +11,7 @@
  * descriptor has size_class CLASS_NONE and owner 0, so a stray pointer into it is caught;
  * a segment is in its heap's list exactly while it has a free slice (a heap of 1 GiB in
  * small blocks walked 250 full segments on every page it took). */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <string.h>
 
@@ -21,28 +20,7 @@ _Static_assert(offsetof(shoal_page_t, free) == 64 && offsetof(shoal_page_t, xthr
                "read-mostly, owner and remote fields each on a line of their own");
 _Static_assert(sizeof(shoal_segment_t) <= SLICE_SIZE, "the header fits in slice 0");
 
-_Atomic(uint8_t) segment_map[SEGMENT_MAP_ENTRIES];
-_Atomic(size_t) stat_segments, stat_pages, stat_huge_blocks;
-
-void segment_map_set(shoal_segment_t *segment, size_t size, uint8_t head) {
-  uintptr_t first = (uintptr_t)segment >> SEGMENT_SHIFT;
-  uintptr_t last = ((uintptr_t)segment + size - 1) >> SEGMENT_SHIFT;
-  for (uintptr_t chunk = first; chunk <= last && chunk < SEGMENT_MAP_ENTRIES; chunk++) {
-    uint8_t value = head == 0 ? 0 : chunk == first ? SEGMENT_MAP_HEAD : SEGMENT_MAP_INTERIOR;
-    atomic_store_explicit(&segment_map[chunk], value, memory_order_relaxed);
-  }
-}
-
-shoal_segment_t *segment_find(const void *p) {
-  uintptr_t chunk = (uintptr_t)p >> SEGMENT_SHIFT;
-  if (chunk >= SEGMENT_MAP_ENTRIES) return NULL;
-  for (;;) {
-    uint8_t value = atomic_load_explicit(&segment_map[chunk], memory_order_relaxed);
-    if (value == SEGMENT_MAP_HEAD) return (shoal_segment_t *)(chunk << SEGMENT_SHIFT);
-    if (value != SEGMENT_MAP_INTERIOR || chunk == 0) return NULL;
-    chunk--; /* inside a huge block: walk back to its head */
-  }
-}
+_Atomic(size_t) stat_pages;
 
 static inline uint64_t slice_mask(size_t first, size_t count) {
   return (count >= 64 ? SLICES_ALL : (((uint64_t)1 << count) - 1)) << first;

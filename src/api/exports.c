@@ -5,15 +5,15 @@
  * operator new must call the new-handler and throw std::bad_alloc; those
  * live in the C++ runtime, reached through weak references so that a C
  * program does not need it (a program that calls new has it loaded). */
-#include "alloc.h"
+#include "api/api.h"
 
 #include <errno.h>
 
 exported void *malloc(size_t size) {
-  return alloc_fast(size, OWN_CALLER);
+  return api_malloc(size, OWN_CALLER);
 }
 exported void free(void *p) {
-  free_fast(p, 0, OWN_CALLER);
+  api_free(p, 0, OWN_CALLER);
 }
 exported void *calloc(size_t count, size_t size) {
   return api_calloc(count, size, CALLER());
@@ -44,11 +44,11 @@ exported size_t malloc_usable_size(void *p) {
 }
 /* C23 */
 exported void free_sized(void *p, size_t size) {
-  free_fast(p, size, OWN_CALLER);
+  api_free(p, size, OWN_CALLER);
 }
 exported void free_aligned_sized(void *p, size_t alignment, size_t size) {
   (void)alignment;
-  free_fast(p, size, OWN_CALLER);
+  api_free(p, size, OWN_CALLER);
 }
 
 /* ---- C++ (Itanium ABI names, size_t = unsigned long) ---- */
@@ -70,7 +70,7 @@ static slow_path void *new_failed(size_t size, size_t alignment, bool nothrow, c
     }
     handler();
     void *p =
-        alignment != 0 ? api_aligned_alloc(alignment, size, caller) : alloc_fast(size, caller);
+        alignment != 0 ? api_aligned_alloc(alignment, size, caller) : api_malloc(size, caller);
     if (p != NULL) return p;
   }
 }
@@ -79,13 +79,13 @@ static slow_path void *new_failed(size_t size, size_t alignment, bool nothrow, c
  * fast path is malloc's, which never fails, so new tests nothing more. */
 static slow_path void *new_generic(shoal_heap_t *heap, size_t size, caller_t caller) {
   if (caller == OWN_CALLER) caller = CALLER();
-  void *p = alloc_generic(heap, size, caller);
+  void *p = api_alloc_exit(heap, size, caller);
   return likely(p != NULL) ? p : new_failed(size, 0, false, caller);
 }
 
 static slow_path void *new_generic_nothrow(shoal_heap_t *heap, size_t size, caller_t caller) {
   if (caller == OWN_CALLER) caller = CALLER();
-  void *p = alloc_generic(heap, size, caller);
+  void *p = api_alloc_exit(heap, size, caller);
   return likely(p != NULL) ? p : new_failed(size, 0, true, caller);
 }
 
@@ -112,25 +112,25 @@ exported void *_ZnamRKSt9nothrow_t(size_t size, const nothrow_t *tag) {
   return alloc_fast_then(size, OWN_CALLER, new_generic_nothrow);
 }
 exported void _ZdlPv(void *p) {
-  free_fast(p, 0, OWN_CALLER);
+  api_free(p, 0, OWN_CALLER);
 }
 exported void _ZdaPv(void *p) {
-  free_fast(p, 0, OWN_CALLER);
+  api_free(p, 0, OWN_CALLER);
 }
 exported void _ZdlPvRKSt9nothrow_t(void *p, const nothrow_t *tag) {
   (void)tag;
-  free_fast(p, 0, OWN_CALLER);
+  api_free(p, 0, OWN_CALLER);
 }
 exported void _ZdaPvRKSt9nothrow_t(void *p, const nothrow_t *tag) {
   (void)tag;
-  free_fast(p, 0, OWN_CALLER);
+  api_free(p, 0, OWN_CALLER);
 }
 /* sized */
 exported void _ZdlPvm(void *p, size_t size) {
-  free_fast(p, size, OWN_CALLER);
+  api_free(p, size, OWN_CALLER);
 }
 exported void _ZdaPvm(void *p, size_t size) {
-  free_fast(p, size, OWN_CALLER);
+  api_free(p, size, OWN_CALLER);
 }
 /* aligned (std::align_val_t is a size_t) */
 exported void *_ZnwmSt11align_val_t(size_t size, size_t alignment) {
@@ -151,25 +151,25 @@ exported void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t size, size_t alignment,
 }
 exported void _ZdlPvSt11align_val_t(void *p, size_t alignment) {
   (void)alignment;
-  free_fast(p, 0, OWN_CALLER);
+  api_free(p, 0, OWN_CALLER);
 }
 exported void _ZdaPvSt11align_val_t(void *p, size_t alignment) {
   (void)alignment;
-  free_fast(p, 0, OWN_CALLER);
+  api_free(p, 0, OWN_CALLER);
 }
 exported void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, size_t alignment, const nothrow_t *tag) {
   (void)alignment, (void)tag;
-  free_fast(p, 0, OWN_CALLER);
+  api_free(p, 0, OWN_CALLER);
 }
 exported void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t alignment, const nothrow_t *tag) {
   (void)alignment, (void)tag;
-  free_fast(p, 0, OWN_CALLER);
+  api_free(p, 0, OWN_CALLER);
 }
 exported void _ZdlPvmSt11align_val_t(void *p, size_t size, size_t alignment) {
   (void)alignment;
-  free_fast(p, size, OWN_CALLER);
+  api_free(p, size, OWN_CALLER);
 }
 exported void _ZdaPvmSt11align_val_t(void *p, size_t size, size_t alignment) {
   (void)alignment;
-  free_fast(p, size, OWN_CALLER);
+  api_free(p, size, OWN_CALLER);
 }

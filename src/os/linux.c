@@ -1,14 +1,10 @@
-/* os.c — the only file that talks to the kernel.
+/* linux.c — os.h on Linux: mmap, madvise, mremap, mprotect, futex, signals.
  *
- * Vocabulary: "map" reserves and commits address space (Linux commits
- * lazily: untouched pages cost no memory); "purge" gives the pages of a
- * range back with MADV_DONTNEED, leaving it mapped and reading as zero;
- * "unmap" returns the range itself; "protect" makes pages inaccessible, or
- * accessible again, for checked mode, whose faults os_catch_faults hands it.
- * Reserved bytes are counted here; committed bytes (what may be resident)
- * are noted by the callers. */
+ * Purges use MADV_DONTNEED (the range reads as zero at once) or MADV_FREE
+ * (lazy); faults of checked mode's inaccessible pages come back through
+ * os_catch_faults. */
 #define _GNU_SOURCE
-#include "internal.h"
+#include "os/os.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -279,8 +275,7 @@ void os_write_all(int fd, const char *text, size_t length) {
 int os_open_output(const char *path) {
   int saved_errno = errno;
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) message("cannot write %s: %s", path, strerror(errno));
-  errno = saved_errno;
+  if (fd >= 0) errno = saved_errno;
   return fd;
 }
 

@@ -11,7 +11,7 @@
  * the blocks it stands for. The report's totals come from the core's exact
  * per-heap counters; its call sites from the samples. SHOAL_LEAKS=all (and
  * checked mode) track every block and report exact figures throughout. */
-#include "diag.h"
+#include "diag/diag.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -152,7 +152,8 @@ void records_for_each(void (*visit)(block_record_t *record, void *context), void
 }
 
 void records_register_for_fork(void) {
-  for (size_t s = 0; s < SHARD_COUNT; s++) lock_register_for_fork(&shards[s].lock);
+  for (size_t s = 0; s < SHARD_COUNT; s++)
+    lock_register_for_fork(&shards[s].lock, LOCK_RANK_ABOVE_CORE);
 }
 
 /* ---- sampling ---- */
@@ -335,7 +336,7 @@ static size_t set_runtime_apart(leak_t *items, size_t count, size_t *blocks, siz
 static size_t class_leaks(leak_t *items, size_t *blocks, size_t *bytes, size_t *runtime_blocks,
                           size_t *runtime_bytes) {
   static shoal_stats_t stats; /* at exit, once */
-  shoal_stats_get(&stats);
+  stats_fill(&stats);
   size_t used = 0;
   for (size_t i = 0; i < SHOAL_STATS_SIZE_CLASSES; i++) {
     size_t runtime =
@@ -376,7 +377,7 @@ void leaks_report(void) {
   records_for_each(collect_live, &list);
 
   const char *path = getenv("SHOAL_LEAKS_FILE");
-  int fd = path != NULL && *path != '\0' ? os_open_output(path) : 2;
+  int fd = path != NULL && *path != '\0' ? diag_open_output(path) : 2;
   if (fd < 0) fd = 2;
 
   size_t blocks = 0, bytes = 0, runtime_blocks = 0, runtime_bytes = 0;

@@ -1,10 +1,14 @@
-/* diag.h — what the three diagnostics files share: call sites, the table
- * of tracked blocks, and the entry points of each mode.
+/* diag.h — the diagnostics layer: what it offers the api layer above (the
+ * modes, the interposed calls) and what its files share (call sites, the
+ * table of tracked blocks, each mode's entry points).
  *
- *   diag.c   modes, the interposition around the core, call sites, the
- *            contention log, the report at exit
- *   leaks.c  the table of tracked blocks and the leak report
- *   check.c  checked mode: guards, patterns, quarantine, error reports
+ *   diag.c     modes, the interposition around the core, call sites, the
+ *              contention log, the reports at exit
+ *   leaks.c    the table of tracked blocks and the leak report
+ *   check.c    checked mode: guards, patterns, quarantine, error reports
+ *   trace.c    SHOAL_TRACE: every call recorded (trace_format.h)
+ *   symbols.c  names for code addresses (dladdr and the ELF .symtab)
+ *   report.c   SHOAL_STATS: the core's figures printed at exit
  *
  * Diagnostics code runs with diag_inside set and thread_heap restored, so
  * whatever it allocates (the unwinder might) goes straight to the core, and
@@ -12,7 +16,37 @@
 #ifndef SHOAL_DIAG_H
 #define SHOAL_DIAG_H
 
-#include "alloc.h"
+#include "core/alloc.h"
+
+/* ---- the interposition (diag.c) ----
+ * Leak tracking, checked mode and the contention log interpose by keeping
+ * thread_heap at heap_empty, so that every malloc and free leaves the fast
+ * path for the api layer's slow exits, which test diag_interposes(); the
+ * thread's real heap waits in thread_heap_parked meanwhile (core). Off,
+ * they cost nothing. */
+extern _Atomic(int) diag_modes;        /* DIAG_* bits, set once at start-up */
+extern _Thread_local bool diag_inside; /* this thread is in diag code */
+static inline bool diag_interposes(void) {
+  return unlikely(atomic_load_explicit(&diag_modes, memory_order_relaxed) != 0) && !diag_inside;
+}
+/* Once, after process_init: reads the modes, fills core_hooks. */
+void diag_start(void);
+void diag_load_unwinder(void); /* from the constructor: names call sites in full */
+void diag_collect(void);       /* shoal_collect(true): checked mode empties its quarantine */
+void *diag_malloc(size_t size, size_t alignment, caller_t caller);
+void diag_free(void *p, size_t size_hint, caller_t caller);
+void *diag_realloc(void *p, size_t size, caller_t caller);
+size_t diag_usable_size(const void *p, const char *function, caller_t caller);
+
+/* ---- symbols.c: names for code addresses ----
+ * "function+0xOFF (object)" for a code address, "0xADDR (object+0xOFF)" when
+ * no function covers it (OFF is then what addr2line wants), "0xADDR" outside
+ * every loaded object. Writes at most capacity bytes, always NUL-terminated
+ * when capacity > 0; returns the length written (without the NUL). Never
+ * allocates: safe at exit and while a bad heap is being reported. Takes the
+ * loader's lock (dladdr). Static functions are named from the object's
+ * .symtab when it has one. C++ names stay mangled. */
+size_t symbol_name(const void *address, char *out, size_t capacity);
 
 enum {
   DIAG_LEAKS = 1,      /* SHOAL_LEAKS: sampled blocks are tracked */
@@ -42,6 +76,7 @@ size_t site_format(const site_t *site, char *out, size_t capacity);
 /* Blocks of each size class the loader kept when the unwinder was loaded. */
 extern size_t unwinder_live[SHOAL_STATS_SIZE_CLASSES];
 void diag_write(int fd, const char *format, ...) __attribute__((format(printf, 2, 3)));
+int diag_open_output(const char *path); /* a report's file, or -1 after saying why */
 
 /* ---- locks ----
  * Diagnostics code holds at most one of its locks at a time. They are

@@ -27,8 +27,10 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <pthread.h>
 #include <stdint.h>
 
+#include "os/os.h"
 #include "shoal.h"
 
 /* ---- attributes: grep for `slow_path` to find every rare path ---- */
@@ -252,63 +254,6 @@ typedef struct shoal_heap_s {
   _Atomic(int) state;                             /* (atomic) heap_state_t */
 } cache_aligned shoal_heap_t;
 
-/* ---- os.c: the only door to the kernel ---- */
-size_t os_page_size(void);
-/* Reserve and commit `size` bytes aligned to `alignment` (a power of two,
- * >= the OS page). Memory reads as zero. NULL with errno ENOMEM on failure. */
-void *os_map_aligned(size_t size, size_t alignment);
-void os_unmap(void *address, size_t size);
-/* Give the pages back but keep the range mapped: it reads as zero after. */
-void os_purge(void *address, size_t size);
-/* Let the kernel take the pages when it needs memory; until then touching
- * them again costs nothing. Contents are undefined after. */
-void os_purge_lazy(void *address, size_t size);
-/* Ask for transparent huge pages (where the system leaves it to madvise):
- * the range then faults in 2 MiB at a time. */
-void os_advise_huge_pages(void *address, size_t size);
-/* Grow or shrink a mapping, moving it (without copying) to an address
- * aligned to `alignment` when it cannot stay. NULL on failure, old intact. */
-void *os_remap_aligned(void *address, size_t old_size, size_t new_size, size_t alignment);
-/* Checked mode: make whole OS pages inaccessible (any touch faults) or
- * read-write again, contents kept. False when the kernel refused. */
-bool os_protect(void *address, size_t size, bool accessible);
-/* Checked mode: on SIGSEGV or SIGBUS call handler(address, "read" | "write"
- * | "access", faulting instruction) in the signal handler; it reports and
- * aborts when the fault is its own, else returns: the previous handler is
- * put back and the access faults again, to end as it would without shoal.
- * The handler must be async-signal-safe. False when it cannot be installed. */
-bool os_catch_faults(void (*handler)(const void *address, const char *access,
-                                     const void *instruction));
-int64_t os_now_ms(void);
-uint64_t os_random_key(void);
-void os_futex_wait(_Atomic(int) *address, int expected);
-void os_futex_wake_one(_Atomic(int) *address);
-void os_yield(void);
-/* Hold off asynchronous signals in this thread (nested), and let them come
- * again at the last release: around every lock (lock.c). */
-void os_signals_hold(void);
-void os_signals_release(void);
-void os_write_stderr(const char *text, size_t length);
-void os_keep_stderr(void); /* a copy of fd 2 for the reports at exit */
-void os_write_all(int fd, const char *text, size_t length);
-int os_open_output(const char *path); /* -1 after saying why on stderr */
-void os_close(int fd);
-void os_abort(void) __attribute__((noreturn));
-void os_commit_note(ptrdiff_t bytes); /* + touched, - purged or unmapped */
-size_t os_reserved_bytes(void);
-size_t os_committed_bytes(void);
-size_t os_peak_committed_bytes(void);
-size_t os_purge_count(void);
-size_t os_purged_bytes(void);
-/* A whole file mapped read-only, for reading it without a buffer (the
- * symboliser reads ELF files so); NULL when it cannot be opened, is empty or
- * is not a file. Not heap memory: not counted as reserved. errno is kept. */
-const void *os_map_file(const char *path, size_t *size);
-void os_unmap_file(const void *address, size_t size);
-/* The target of a symbolic link (/proc/self/exe), NUL-terminated, truncated
- * to capacity; its length, 0 when it cannot be read. */
-size_t os_read_link(const char *path, char *out, size_t capacity);
-
 /* ---- lock.c: spin with pause, then yield, then futex; never a fixed sleep ---- */
 typedef struct shoal_lock_s {
   _Atomic(int) word; /* 0 free, 1 held, 2 held with sleepers */
@@ -323,23 +268,21 @@ void lock_release_plain(shoal_lock_t *lock);
 extern _Thread_local size_t lock_waits; /* times this thread found a lock taken */
 bool lock_try_acquire(shoal_lock_t *lock);
 void lock_release(shoal_lock_t *lock);
-/* fork holds every registered lock (registered at start-up, in the order
- * they are taken), also when called from a signal handler (lock.c). */
-void lock_register_for_fork(shoal_lock_t *lock);
+/* The order in which locks are taken, when one is taken while another is
+ * held, and by fork, which holds them all: one ranked list, lowest first.
+ * The layers above the core take theirs before calling into it. */
+typedef enum lock_rank_e {
+  LOCK_RANK_ABOVE_CORE = 1, /* the diagnostics' tables */
+  LOCK_RANK_ARENA = 2,
+  LOCK_RANK_HUGE = 3,
+} lock_rank_t;
+/* fork holds every registered lock, in rank order, also when called from a
+ * signal handler (lock.c). */
+void lock_register_for_fork(shoal_lock_t *lock, lock_rank_t rank);
 void lock_fork_prepare(void);
 void lock_fork_parent(void);
 void lock_fork_child(void);
 void lock_reset(shoal_lock_t *lock); /* in a fork child only */
-
-/* ---- symbols.c: names for code addresses (diagnostics) ----
- * "function+0xOFF (object)" for a code address, "0xADDR (object+0xOFF)" when
- * no function covers it (OFF is then what addr2line wants), "0xADDR" outside
- * every loaded object. Writes at most capacity bytes, always NUL-terminated
- * when capacity > 0; returns the length written (without the NUL). Never
- * allocates: safe at exit and while a bad heap is being reported. Takes the
- * loader's lock (dladdr). Static functions are named from the object's
- * .symtab when it has one. C++ names stay mangled. */
-size_t symbol_name(const void *address, char *out, size_t capacity);
 
 /* ---- options.c ---- */
 void options_init(void);
@@ -415,14 +358,16 @@ static inline size_t large_block_bytes(const shoal_page_t *page, size_t bytes) {
 }
 
 /* ---- page.c ---- */
+extern uintptr_t free_key; /* word 1 of every free block: catches double frees */
 void page_init(shoal_page_t *page, struct shoal_heap_s *heap, size_t block_size, uint8_t size_class,
                bool is_zero);
 bool page_extend(shoal_page_t *page);
 size_t page_collect(shoal_page_t *page);
 bool page_park_full(shoal_page_t *page); /* arm the notify bit; false: it had remote frees */
 bool page_unpark(shoal_page_t *page);    /* disarm; false: a notification is on its way */
-void page_notify_owner(shoal_page_t *page);
-void page_push_remote(shoal_page_t *page, shoal_block_t *block); /* one CAS, may notify */
+/* One CAS (may notify the owner). The owner's heap when its thread is gone
+ * and it needs a service (heap_service_abandoned), else NULL. */
+struct shoal_heap_s *page_push_remote(shoal_page_t *page, shoal_block_t *block);
 /* p is at a block boundary of the page, handed out or not (any thread). */
 static inline bool page_is_block_start(const shoal_page_t *page, const void *p) {
   uint32_t offset = (uint32_t)((const uint8_t *)p - page->shared_start);
@@ -438,6 +383,16 @@ static inline bool page_is_carved_block(const shoal_page_t *page, const void *p)
 extern _Thread_local shoal_heap_t *thread_heap;
 extern shoal_heap_t heap_empty;
 extern shoal_page_t page_empty;
+/* A diagnostic that interposes keeps thread_heap at heap_empty, so that
+ * every call leaves the fast paths, and sets the thread's real heap aside
+ * here meanwhile; thread exit and statistics look for it here too. */
+extern _Thread_local shoal_heap_t *thread_heap_parked;
+/* This thread's heap whether or not a diagnostic set it aside. */
+static inline shoal_heap_t *thread_heap_own(void) {
+  return thread_heap_parked != NULL ? thread_heap_parked : thread_heap;
+}
+extern pthread_key_t heap_exit_key; /* created at start-up: its destructor is heap_thread_exit */
+/* The calling thread's heap, new or adopted; process_init must have run. */
 shoal_heap_t *heap_get_or_create(void);
 void *heap_malloc_slow(shoal_heap_t *heap, size_t size);
 void *heap_malloc_medium(shoal_heap_t *heap, size_t size);
@@ -455,6 +410,7 @@ void heap_collect(shoal_heap_t *heap, bool force);
 void heap_fold_counters(shoal_heap_t *heap);
 void heap_abandon(shoal_heap_t *heap);
 void heap_service_abandoned(shoal_heap_t *heap);
+void heap_service_all_abandoned(void);
 void heap_thread_exit(void *heap);
 
 /* ---- large.c: huge blocks, each a segment of its own ---- */
@@ -472,44 +428,29 @@ shoal_segment_t *arena_segment_acquire(void);
 void arena_segment_release(shoal_segment_t *segment);
 shoal_heap_t *arena_heap_new_or_adopt(bool *adopted);
 void arena_heap_abandoned(shoal_heap_t *heap);
-void arena_service_all_abandoned(void);
 void arena_for_each_heap(void (*visit)(shoal_heap_t *heap, void *context), void *context);
 void arena_register_for_fork(void);
-void arena_fork_child(void);
+void arena_fork_child(shoal_heap_t *survivor);
 void arena_cache_trim(bool force);
 size_t arena_heap_count(size_t *abandoned);
 
-/* ---- init.c ---- */
-extern uintptr_t free_key; /* word 1 of every free block: catches double frees */
-void process_init(void);
+/* ---- init.c: the core's start-up, and its calls up ----
+ * process_init (from the layer that takes the first call) reads the
+ * options, makes the free key, registers the locks, the thread-exit key and
+ * the fork handlers. The core calls the layers above only through these
+ * hooks, which they fill in at their own start: a thread about to lose its
+ * heap, and the child of a fork. NULL: nobody listens. */
+typedef struct core_hooks_s {
+  void (*thread_exit)(void); /* called by heap.c */
+  void (*fork_child)(void);  /* called by init.c */
+} core_hooks_t;
+extern core_hooks_t core_hooks; /* in heap.c, the lower of the two */
+/* Once per process, `above` (may be NULL) inside, before any heap exists;
+ * concurrent callers wait for the first. */
+void process_init(void (*above)(void));
 
 /* ---- alloc.c: errors on frees ---- */
 void report_bad_pointer(const char *function, const void *p, const char *kind);
-
-/* ---- diag.c: the diagnostics that see every call ----
- * Leak tracking, checked mode and the contention log interpose by keeping
- * thread_heap at heap_empty, so that every malloc and free leaves the fast
- * path for the few places that test diag_interposes(); the thread's real
- * heap waits in thread_heap_parked meanwhile. Off, they cost nothing. */
-extern _Atomic(int) diag_modes;        /* DIAG_* bits, set once at start-up */
-extern _Thread_local bool diag_inside; /* this thread is in diag code */
-extern _Thread_local shoal_heap_t *thread_heap_parked;
-static inline bool diag_interposes(void) {
-  return unlikely(atomic_load_explicit(&diag_modes, memory_order_relaxed) != 0) && !diag_inside;
-}
-/* This thread's heap whether or not the diagnostics put it aside. */
-static inline shoal_heap_t *thread_heap_own(void) {
-  return thread_heap_parked != NULL ? thread_heap_parked : thread_heap;
-}
-void diag_init(void);
-void diag_load_unwinder(void); /* from the constructor: names call sites in full */
-void diag_collect(void);       /* shoal_collect(true): checked mode empties its quarantine */
-void diag_fork_child(void);
-void diag_thread_exit(void); /* from the thread-exit hook, before the heap goes */
-void *diag_malloc(size_t size, size_t alignment, caller_t caller);
-void diag_free(void *p, size_t size_hint, caller_t caller);
-void *diag_realloc(void *p, size_t size, caller_t caller);
-size_t diag_usable_size(const void *p, const char *function, caller_t caller);
 
 /* ---- stats.c ----
  * SHOAL_STATISTICS (CMake option, default on) keeps the per-heap counters.
@@ -572,7 +513,14 @@ static inline void *page_pop(shoal_heap_t *heap, shoal_page_t *page) {
   page_count(&page->unfolded_allocs);
   return block;
 }
-extern _Atomic(size_t) stat_segments, stat_pages, stat_huge_blocks;
-extern heap_counters_t orphan_counters; /* frees by threads without a heap */
+extern _Atomic(size_t) stat_segments;    /* arena.c */
+extern _Atomic(size_t) stat_pages;       /* segment.c */
+extern _Atomic(size_t) stat_huge_blocks; /* large.c */
+extern heap_counters_t orphan_counters;  /* alloc.c: frees by threads without a heap */
+/* The figures of shoal_stats_get; the heaps' counters summed. */
+void stats_fill(shoal_stats_t *stats);
+/* shoal_collect: this thread's heap collected, dead threads' serviced, the
+ * caches trimmed (force: emptied and purged at once). */
+void stats_collect(bool force);
 
 #endif /* SHOAL_INTERNAL_H */

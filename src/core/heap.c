@@ -1,6 +1,6 @@
 /* heap.c — one heap per thread: page queues and the malloc slow path.
  *
- * Call tree of an allocation (alloc.c holds the fast path):
+ * Call tree of an allocation (core/alloc.h holds the fast path):
  *   shoal_malloc -> direct_page[size/8]->free pop              (fast, inline)
  *     `-> heap_malloc_slow                                      (this file)
  *           |-> heap_get_or_create      first call of a thread
@@ -13,7 +13,7 @@
  * thread's heap is serviced (state SERVICING) by a thread freeing into it,
  * and adopted whole (state LIVE again) by a new thread. */
 #define _GNU_SOURCE
-#include "internal.h"
+#include "core/internal.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -28,8 +28,9 @@ shoal_heap_t heap_empty = {
     .direct_page = {[0 ... DIRECT_SLOTS - 1] = &page_empty},
 };
 __attribute__((tls_model("initial-exec"))) _Thread_local shoal_heap_t *thread_heap = &heap_empty;
-
-extern pthread_key_t heap_exit_key;
+__attribute__((tls_model("initial-exec"))) _Thread_local shoal_heap_t *thread_heap_parked;
+pthread_key_t heap_exit_key;
+core_hooks_t core_hooks;
 
 /* ---- queues ---- */
 
@@ -254,7 +255,8 @@ void heap_remote_cache_flush(shoal_heap_t *heap) {
     heap_direct_update(heap, size_class);
     while (block != NULL) {
       shoal_block_t *next = block->next;
-      page_push_remote(segment_page_of(segment_of(block), block), block);
+      shoal_heap_t *owner = page_push_remote(segment_page_of(segment_of(block), block), block);
+      if (owner != NULL) heap_service_abandoned(owner);
       block = next;
     }
   }
@@ -350,14 +352,29 @@ static void heap_take_over(shoal_heap_t *heap) {
   heap_drain(heap, false);
 }
 
+/* A heap the arena has just carved: zeroed, registered. */
+static void heap_init_new(shoal_heap_t *heap) {
+  heap->free_key = free_key;
+  for (size_t i = 0; i < DIRECT_SLOTS; i++) heap->direct_page[i] = &page_empty;
+  for (uint8_t c = 0; c < REMOTE_CACHE_CLASSES; c++) { /* pseudo pages: never freed into */
+    shoal_page_t *cache = &heap->remote_cache[c];
+    cache->size_class = cache->shared_class = c;
+    cache->block_size = cache->shared_block_size = class_block_size[c];
+    cache->flags = PAGE_UNUSED;
+  }
+}
+
 shoal_heap_t *heap_get_or_create(void) {
-  process_init();
-  /* process_init may have allocated (pthread_atfork) and made our heap. */
+  /* process_init (run by the caller) may have allocated (pthread_atfork)
+   * and made our heap. */
   if (thread_heap != &heap_empty) return thread_heap;
   bool adopted = false;
   shoal_heap_t *heap = arena_heap_new_or_adopt(&adopted);
   if (heap == NULL) return NULL;
-  if (adopted) heap_take_over(heap);
+  if (adopted)
+    heap_take_over(heap);
+  else
+    heap_init_new(heap);
   thread_heap = heap;
   pthread_setspecific(heap_exit_key, heap);
   return heap;
@@ -425,8 +442,18 @@ void heap_service_abandoned(shoal_heap_t *heap) {
   }
 }
 
+static void service_if_abandoned(shoal_heap_t *heap, void *context) {
+  (void)context;
+  if (atomic_load_explicit(&heap->state, memory_order_seq_cst) == HEAP_ABANDONED)
+    heap_service_abandoned(heap);
+}
+
+void heap_service_all_abandoned(void) {
+  arena_for_each_heap(service_if_abandoned, NULL);
+}
+
 void heap_thread_exit(void *value) {
-  diag_thread_exit();
+  if (core_hooks.thread_exit != NULL) core_hooks.thread_exit();
   shoal_heap_t *heap = value;
   if (heap != NULL && heap == thread_heap_parked) { /* diagnostics kept it aside */
     thread_heap_parked = NULL;

@@ -8,8 +8,8 @@
  * that start others (gcc runs cc1): each process then writes its own file;
  * without it a forked child stops recording. */
 #define _GNU_SOURCE
-#include "diag.h"
-#include "trace_format.h"
+#include "diag/diag.h"
+#include "diag/trace_format.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -46,7 +46,7 @@ static int open_trace(void) {
     }
   }
   path[out] = '\0';
-  int fd = os_open_output(path);
+  int fd = diag_open_output(path);
   if (fd < 0) return -1;
   shoal_trace_header_t header = {.version = SHOAL_TRACE_VERSION,
                                  .record_size = sizeof(shoal_trace_record_t)};

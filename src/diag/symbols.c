@@ -3,7 +3,7 @@
  *
  * It runs inside the allocator, at exit and while a broken heap is being
  * reported, so it never allocates: no stdio, no dlerror, no demangler (C++
- * names stay mangled). Files are read through a read-only mapping (os.c).
+ * names stay mangled). Files are read through a read-only mapping (os/).
  *
  *   symbol_name(address)
  *     dladdr1            the object holding the address: its file, its load
@@ -28,7 +28,7 @@
  * The symbol table is scanned linearly (an index would need memory): about a
  * microsecond per thousand symbols, and the reports name each call site once. */
 #define _GNU_SOURCE
-#include "internal.h"
+#include "core/internal.h"
 
 #include <dlfcn.h>
 #include <elf.h>

@@ -35,7 +35,7 @@
  *                 cleared, then the core's free (which writes in the block)
  *   check_fault   (signal handler) inaccessible_find, lock-free, then the
  *                 report and abort */
-#include "diag.h"
+#include "diag/diag.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -621,7 +621,7 @@ _Static_assert((INACCESSIBLE_SLOTS + 1) * ZERO_SPACING <= SEGMENT_SIZE - SLICE_S
 
 /* The table, and malloc(0)'s addresses: a range shaped like a segment
  * whose header slice reads as zeros (no kind, no heap), since calloc(0, n)
- * looks at the segment header of what it zeroes (alloc.c, zero_block); the
+ * looks at the segment header of what it zeroes (core/alloc.c, zero_block); the
  * rest inaccessible. Only once the fault handler is in place. */
 static void inaccessible_init(void) {
   inaccessible_entry_t *table =
@@ -755,7 +755,7 @@ size_t check_usable_size(const void *p, const char *function, const site_t *site
 }
 
 void check_register_for_fork(void) {
-  lock_register_for_fork(&quarantine_lock);
+  lock_register_for_fork(&quarantine_lock, LOCK_RANK_ABOVE_CORE);
 }
 
 /* ---- shoal_check_heap ---- */

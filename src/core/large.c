@@ -13,7 +13,7 @@
  * 2 MiB instead of 512 (bench largeblk ran 40 % faster, its peak memory
  * unchanged). calloc's are left to small pages, since big zeroed arrays are
  * the ones programs touch sparsely. */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <string.h>
 
@@ -25,6 +25,7 @@ typedef struct huge_cache_entry_s {
   int64_t freed_ms;
 } huge_cache_entry_t;
 
+_Atomic(size_t) stat_huge_blocks;
 static shoal_lock_t huge_lock = SHOAL_LOCK_INIT;
 static struct {
   huge_cache_entry_t entries[HUGE_CACHE_SLOTS]; /* (huge_lock) */
@@ -208,5 +209,5 @@ size_t huge_usable_size(const shoal_segment_t *segment, const void *p) {
 }
 
 void huge_register_for_fork(void) {
-  lock_register_for_fork(&huge_lock);
+  lock_register_for_fork(&huge_lock, LOCK_RANK_HUGE);
 }

@@ -18,7 +18,7 @@
  * in internal.h, inline for the fast path). The tables follow this rule and
  * are checked by
  * test/unit/unit_size_class.c. */
-#include "internal.h"
+#include "core/internal.h"
 
 const uint32_t class_block_size[CLASS_COUNT] = {
     16,   32,   48,   64,   80,   96,   112,  128,  144,  160,  176,  192,  208,  224,

@@ -10,10 +10,11 @@
  * the real heap back (core_enter) and set diag_inside, so the core runs as
  * usual and whatever the unwinder allocates goes straight to it. */
 #define _GNU_SOURCE
-#include "diag.h"
-#include "trace_format.h"
+#include "diag/diag.h"
+#include "diag/trace_format.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +35,6 @@ size_t unwinder_live[SHOAL_STATS_SIZE_CLASSES];
 
 _Atomic(int) diag_modes;
 __attribute__((tls_model("initial-exec"))) _Thread_local bool diag_inside;
-__attribute__((tls_model("initial-exec"))) _Thread_local shoal_heap_t *thread_heap_parked;
 
 static const char *contention_path;
 
@@ -62,6 +62,13 @@ static inline void core_leave(int modes) {
   }
   diag_inside = false;
   if (holds_signals(modes)) os_signals_release();
+}
+
+/* A report's file, or -1 after saying why. */
+int diag_open_output(const char *path) {
+  int fd = os_open_output(path);
+  if (fd < 0) message("cannot write %s: %s", path, strerror(errno));
+  return fd;
 }
 
 /* ---- call sites ---- */
@@ -213,7 +220,7 @@ static void contention_report(void) {
     total += entries[used++].count;
   }
   qsort(entries, used, sizeof entries[0], entry_by_count);
-  int fd = os_open_output(contention_path);
+  int fd = diag_open_output(contention_path);
   char site[1024];
   if (fd >= 0) {
     diag_write(fd, "# shoal contention log: %zu events at %zu call sites, most frequent first",
@@ -240,7 +247,7 @@ static void contention_report(void) {
 /* ---- the interposed API ---- */
 
 static void *core_malloc(size_t size, size_t alignment, caller_t caller) {
-  return alignment == 0 ? alloc_fast(size, caller) : api_memalign(alignment, size, caller);
+  return alignment == 0 ? alloc_fast(size, caller) : core_alloc_aligned(alignment, size, caller);
 }
 
 void *diag_malloc(size_t size, size_t alignment, caller_t caller) {
@@ -321,7 +328,7 @@ void *diag_realloc(void *p, size_t size, caller_t caller) {
     size_t weight = 0;
     bool track = (modes & DIAG_LEAKS) && (leaks_sample(size, &weight) || tracked);
     if (track) site_capture(&site, caller);
-    fresh = api_realloc(p, size, caller);
+    fresh = core_realloc(p, size, caller);
     if (track && (fresh != NULL || tracked))
       leaks_track(fresh != NULL ? fresh : p, size, weight == 0 ? 1 : weight, &site);
   }
@@ -340,7 +347,7 @@ size_t diag_usable_size(const void *p, const char *function, caller_t caller) {
     site_capture(&site, caller);
     size = check_usable_size(p, function, &site);
   } else {
-    size = api_usable_size(p, function, caller);
+    size = core_usable_size(p, function);
   }
   core_leave(modes);
   return size;
@@ -356,7 +363,18 @@ static bool env_is_on(const char *name, const char *value) {
   return true;
 }
 
-void diag_init(void) {
+/* The core's hooks (core_hooks): a thread about to lose its heap, a fork's
+ * child. */
+static void diag_thread_exit(void) {
+  if (diag_mode() & DIAG_TRACE) trace_thread_exit();
+}
+
+static void diag_fork_child(void) {
+  if (diag_mode() & DIAG_TRACE) trace_fork_child();
+}
+
+/* Inside process_init's once section: before any thread has a heap. */
+void diag_start(void) {
   int modes = 0;
   const char *leaks = getenv("SHOAL_LEAKS");
   if (leaks != NULL && strcmp(leaks, "all") == 0)
@@ -369,9 +387,11 @@ void diag_init(void) {
   const char *trace_path = getenv("SHOAL_TRACE");
   if (trace_path != NULL && *trace_path != '\0' && trace_init(trace_path)) modes |= DIAG_TRACE;
   if (modes & DIAG_CHECK) check_init();
-  if (modes & (DIAG_LEAKS | DIAG_CHECK)) records_register_for_fork(); /* shards, then quarantine */
+  if (modes & (DIAG_LEAKS | DIAG_CHECK)) records_register_for_fork();
   if (modes & DIAG_CHECK) check_register_for_fork();
   if (modes != 0) os_keep_stderr();
+  core_hooks.thread_exit = diag_thread_exit;
+  core_hooks.fork_child = diag_fork_child;
   atomic_store_explicit(&diag_modes, modes, memory_order_release);
   if (modes != 0)
     verbose("diagnostics on:%s%s%s%s", (modes & DIAG_LEAKS) ? " leaks" : "",
@@ -392,9 +412,9 @@ void diag_load_unwinder(void) {
     /* What the loader keeps of this is the runtime's, not the program's:
      * the sampled leak report leaves it out of its counts. */
     static shoal_stats_t before, after;
-    shoal_stats_get(&before);
+    stats_fill(&before);
     void *libgcc = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL);
-    shoal_stats_get(&after);
+    stats_fill(&after);
     for (size_t i = 0; i < SHOAL_STATS_SIZE_CLASSES; i++)
       if (after.classes[i].live > before.classes[i].live)
         unwinder_live[i] = after.classes[i].live - before.classes[i].live;
@@ -415,14 +435,6 @@ void diag_collect(void) {
   site_capture(&site, CALLER());
   check_quarantine_empty(&site);
   core_leave(modes);
-}
-
-void diag_fork_child(void) {
-  if (diag_mode() & DIAG_TRACE) trace_fork_child();
-}
-
-void diag_thread_exit(void) {
-  if (diag_mode() & DIAG_TRACE) trace_thread_exit();
 }
 
 /* After the program's own destructors (a preloaded library is finalised

@@ -19,7 +19,7 @@
  * running code of ours that ends. The price is two system calls per lock
  * taken, and locks are taken only off the fast paths (segments, huge
  * blocks, thread start and exit, the diagnostics' tables). */
-#include "internal.h"
+#include "core/internal.h"
 
 enum { LOCK_FREE = 0, LOCK_HELD = 1, LOCK_CONTENDED = 2 };
 enum { SPIN_ROUNDS = 100, YIELD_ROUNDS = 8 };
@@ -89,17 +89,25 @@ void lock_reset(shoal_lock_t *lock) {
 }
 
 /* ---- fork: every registered lock held across it ----
- * Registered at start-up in the order code takes them (the diagnostics'
- * before the arena's before the huge cache's), and taken in that order, with
- * signals held from the first: a handler forking again cannot run between
- * this prepare and the parent's or child's handler. The child, where only
- * the forking thread lives, sets them free. */
+ * Registered at start-up, kept in rank order (internal.h: the order code
+ * takes them in), and taken in that order, with signals held from the
+ * first: a handler forking again cannot run between this prepare and the
+ * parent's or child's handler. The child, where only the forking thread
+ * lives, sets them free. */
 enum { FORK_LOCKS_MAX = 96 };
 static shoal_lock_t *fork_locks[FORK_LOCKS_MAX];
+static lock_rank_t fork_lock_ranks[FORK_LOCKS_MAX];
 static size_t fork_lock_count;
 
-void lock_register_for_fork(shoal_lock_t *lock) {
-  if (fork_lock_count < FORK_LOCKS_MAX) fork_locks[fork_lock_count++] = lock;
+void lock_register_for_fork(shoal_lock_t *lock, lock_rank_t rank) {
+  if (fork_lock_count == FORK_LOCKS_MAX) return;
+  size_t at = fork_lock_count++;
+  for (; at > 0 && fork_lock_ranks[at - 1] > rank; at--) { /* after the ones of its rank */
+    fork_locks[at] = fork_locks[at - 1];
+    fork_lock_ranks[at] = fork_lock_ranks[at - 1];
+  }
+  fork_locks[at] = lock;
+  fork_lock_ranks[at] = rank;
 }
 
 void lock_fork_prepare(void) {

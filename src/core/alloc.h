@@ -1,5 +1,9 @@
-/* alloc.h — the two fast paths, inline so that every exported name (alloc.c,
- * exports.c) is the whole path with no extra call.
+/* alloc.h — the two fast paths, inline so that every exported name (the api
+ * layer's) is the whole path with no extra call. Each takes its slow exits
+ * as arguments, which inlining turns into direct calls: the core's own
+ * (alloc_fast, free_fast, for the core and the diagnostics) go straight to
+ * the core's slow paths, the api layer's look first whether a diagnostic
+ * interposes.
  *
  * malloc: one TLS load, one table load (direct_page), a pop.
  * free:   a segment-map byte, a mask, the page descriptor (one add), a
@@ -21,27 +25,29 @@
 #ifndef SHOAL_ALLOC_H
 #define SHOAL_ALLOC_H
 
-#include "internal.h"
+#include "core/internal.h"
 
+/* The core's slow exits (alloc.c). `caller` is passed through for the
+ * exits of the layers above; the core itself does not read it. */
 void *alloc_generic(shoal_heap_t *heap, size_t size, caller_t caller);
 void free_slow(void *p, size_t size_hint, caller_t caller);
 void free_not_local(shoal_page_t *page, void *p, size_t size_hint, caller_t caller);
 void heap_page_freed(shoal_heap_t *heap, shoal_page_t *page);
 
-/* The API behind both names of each function (shoal_calloc and calloc...),
- * told who called. */
-void *api_calloc(size_t count, size_t size, caller_t caller);
-void *api_realloc(void *p, size_t size, caller_t caller);
-void *api_reallocarray(void *p, size_t count, size_t size, caller_t caller);
-int api_posix_memalign(void **result, size_t alignment, size_t size, caller_t caller);
-void *api_aligned_alloc(size_t alignment, size_t size, caller_t caller);
-void *api_memalign(size_t alignment, size_t size, caller_t caller);
-void *api_valloc(size_t size, caller_t caller);
-void *api_pvalloc(size_t size, caller_t caller);
-size_t api_usable_size(const void *p, const char *function, caller_t caller);
+/* The rest of the C API, in the core's terms: no argument checks beyond
+ * overflow (the api layer owns the standard's rules), no diagnostics. */
+void *core_malloc_zeroed(size_t size, caller_t caller); /* calloc, its product taken */
+void *core_realloc(void *p, size_t size, caller_t caller);
+/* A power-of-two alignment (a word or less: plain malloc). */
+void *core_alloc_aligned(size_t alignment, size_t size, caller_t caller);
+size_t core_usable_size(const void *p, const char *function);
+size_t core_class_block_size(const void *p); /* a live class block's size, else 0 */
 void *block_containing(const void *p, size_t *usable);
 
 typedef void *(*alloc_exit_t)(shoal_heap_t *heap, size_t size, caller_t caller);
+typedef void (*free_not_local_exit_t)(shoal_page_t *page, void *p, size_t size_hint,
+                                      caller_t caller);
+typedef void (*free_exit_t)(void *p, size_t size_hint, caller_t caller);
 
 /* The fast path with the slow exit of one's choice (operator new's handles
  * failure), called last so that it can be a tail call. */
@@ -58,26 +64,42 @@ fast_path void *alloc_fast(size_t size, caller_t caller) {
   return alloc_fast_then(size, caller, alloc_generic);
 }
 
+/* The first thing a malloc slow exit tries, for sizes above DIRECT_MAX: the
+ * class by bit arithmetic, then the same pop from the first page of its
+ * queue. NULL: the slow path's turn. */
+fast_path void *alloc_medium_pop(shoal_heap_t *heap, size_t size) {
+  if (likely(size > DIRECT_MAX && size <= MEDIUM_MAX)) {
+    shoal_page_t *page = heap->queues[size_class_of_large(size)].first;
+    if (likely(page != NULL && page->free != NULL)) return page_pop(heap, page);
+  }
+  return NULL;
+}
+
 /* size_hint: the size the caller says it allocated (sized delete), or 0.
  * Ownership is read from the segment header, which stays in cache; a
  * remote free never touches the owner's line of the page. */
-fast_path void free_fast(void *p, size_t size_hint, caller_t caller) {
-  if (unlikely(!segment_map_is_head(p))) return free_slow(p, size_hint, caller);
+fast_path void free_fast_then(void *p, size_t size_hint, caller_t caller,
+                              free_not_local_exit_t not_local, free_exit_t slow) {
+  if (unlikely(!segment_map_is_head(p))) return slow(p, size_hint, caller);
   shoal_segment_t *segment = segment_of(p);
   shoal_page_t *page = segment_page_of(segment, p);
   shoal_heap_t *heap = thread_heap;
-  if (unlikely(segment->heap != heap)) return free_not_local(page, p, size_hint, caller);
+  if (unlikely(segment->heap != heap)) return not_local(page, p, size_hint, caller);
   shoal_block_t *block = p;
   uintptr_t key = heap->free_key; /* once: the stores below could alias it */
   /* A parked or unused page has no free_limit: the block test sends it on. */
   if (unlikely(!is_carved_block(page->start, page->free_divisor, page->free_limit, p) ||
                block->key == key || size_hint > page->block_size))
-    return free_slow(p, size_hint, caller);
+    return slow(p, size_hint, caller);
   block->next = page->free;
   block->key = key;
   page->free = block;
   page->is_zero = 0;
   if (unlikely(--page->used == 0)) heap_page_freed(heap, page);
+}
+
+fast_path void free_fast(void *p, size_t size_hint, caller_t caller) {
+  free_fast_then(p, size_hint, caller, free_not_local, free_slow);
 }
 
 #endif /* SHOAL_ALLOC_H */

@@ -1,29 +1,29 @@
-/* init.c — process start-up, thread exit and fork.
+/* init.c — the core's start-up, thread exit and fork.
  *
  * The first malloc may come before main (the dynamic loader, dlsym, TLS
  * set-up under LD_PRELOAD), so initialisation allocates nothing through
  * shoal until it is done: options are read with getenv, the key comes from
- * getrandom, and pthread_atfork (which may allocate) runs last. */
-#include "internal.h"
+ * getrandom, and pthread_atfork (which may allocate) runs last. The layer
+ * that takes the program's first call runs process_init before anything
+ * else of the core, with its own start-up to run once inside (where it
+ * fills in core_hooks for what it wants told). */
+#include "core/internal.h"
 
-#include <pthread.h>
 #include <sched.h>
 
 enum { INIT_NONE, INIT_RUNNING, INIT_DONE };
 
-uintptr_t free_key;
-pthread_key_t heap_exit_key;
 static _Atomic(int) init_state;
 
 /* fork holds every lock (lock.c); the child then puts the heaps of the
- * threads that did not survive aside, and the diagnostics start afresh. */
+ * threads that did not survive aside, and tells the layers above. */
 static void fork_child(void) {
   lock_fork_child();
-  arena_fork_child();
-  diag_fork_child();
+  arena_fork_child(thread_heap_own());
+  if (core_hooks.fork_child != NULL) core_hooks.fork_child();
 }
 
-void process_init(void) {
+void process_init(void (*above)(void)) {
   if (likely(atomic_load_explicit(&init_state, memory_order_acquire) == INIT_DONE)) return;
   int expected = INIT_NONE;
   if (!atomic_compare_exchange_strong_explicit(&init_state, &expected, INIT_RUNNING,
@@ -33,17 +33,12 @@ void process_init(void) {
   }
   options_init();
   free_key = (uintptr_t)os_random_key();
-  diag_init(); /* registers its locks first: they are taken before the core's */
   arena_register_for_fork();
   huge_register_for_fork();
+  if (above != NULL) above();
   pthread_key_create(&heap_exit_key, heap_thread_exit);
   atomic_store_explicit(&init_state, INIT_DONE, memory_order_release);
   pthread_atfork(lock_fork_prepare, lock_fork_parent, fork_child);
   verbose("ready: segments of %zu KiB, %d size classes up to %d bytes, purge delay %ld ms",
           SEGMENT_SIZE >> 10, CLASS_COUNT, MEDIUM_MAX, option(SHOAL_OPTION_PURGE_DELAY));
-}
-
-__attribute__((constructor)) static void shoal_constructor(void) {
-  process_init();
-  diag_load_unwinder();
 }

@@ -1,6 +1,7 @@
-/* arena.c — what threads share: cached segments and the heap registry.
+/* arena.c — what threads share: the segment map, cached segments and the
+ * heap registry.
  *
- * Holds one of shoal's two locks (arena_lock; the other guards the huge
+ * Holds one of the core's two locks (arena_lock; the other guards the huge
  * block cache in large.c), both lock.c's spin-yield-futex. It is taken when
  * a segment is fetched or returned and when a thread starts or ends, never
  * on the path of an ordinary malloc or free. The two are never nested, and
@@ -8,7 +9,7 @@
  *
  * Heaps are carved from chunks that are never unmapped, so a remote free can
  * always reach the heap named by a page, whatever became of its thread. */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <string.h>
 
@@ -29,6 +30,31 @@ static struct {
   size_t heap_chunk_left;                         /* (arena) */
   _Atomic(size_t) heap_count;
 } arena;
+
+/* ---- the segment map: which 4 MiB chunks of the address space are shoal's ---- */
+
+_Atomic(uint8_t) segment_map[SEGMENT_MAP_ENTRIES];
+_Atomic(size_t) stat_segments;
+
+void segment_map_set(shoal_segment_t *segment, size_t size, uint8_t head) {
+  uintptr_t first = (uintptr_t)segment >> SEGMENT_SHIFT;
+  uintptr_t last = ((uintptr_t)segment + size - 1) >> SEGMENT_SHIFT;
+  for (uintptr_t chunk = first; chunk <= last && chunk < SEGMENT_MAP_ENTRIES; chunk++) {
+    uint8_t value = head == 0 ? 0 : chunk == first ? SEGMENT_MAP_HEAD : SEGMENT_MAP_INTERIOR;
+    atomic_store_explicit(&segment_map[chunk], value, memory_order_relaxed);
+  }
+}
+
+shoal_segment_t *segment_find(const void *p) {
+  uintptr_t chunk = (uintptr_t)p >> SEGMENT_SHIFT;
+  if (chunk >= SEGMENT_MAP_ENTRIES) return NULL;
+  for (;;) {
+    uint8_t value = atomic_load_explicit(&segment_map[chunk], memory_order_relaxed);
+    if (value == SEGMENT_MAP_HEAD) return (shoal_segment_t *)(chunk << SEGMENT_SHIFT);
+    if (value != SEGMENT_MAP_INTERIOR || chunk == 0) return NULL;
+    chunk--; /* inside a huge block: walk back to its head */
+  }
+}
 
 static void segment_reset_header(shoal_segment_t *segment) {
   segment->heap = NULL;
@@ -133,14 +159,6 @@ static shoal_heap_t *heap_carve(void) {
   shoal_heap_t *heap = (shoal_heap_t *)arena.heap_chunk;
   arena.heap_chunk += size;
   arena.heap_chunk_left -= size;
-  heap->free_key = free_key;
-  for (size_t i = 0; i < DIRECT_SLOTS; i++) heap->direct_page[i] = &page_empty;
-  for (uint8_t c = 0; c < REMOTE_CACHE_CLASSES; c++) { /* pseudo pages: never freed into */
-    shoal_page_t *cache = &heap->remote_cache[c];
-    cache->size_class = cache->shared_class = c;
-    cache->block_size = cache->shared_block_size = class_block_size[c];
-    cache->flags = PAGE_UNUSED;
-  }
   heap->next_registered = atomic_load_explicit(&arena.registered, memory_order_relaxed);
   atomic_store_explicit(&arena.registered, heap, memory_order_release);
   atomic_fetch_add_explicit(&arena.heap_count, 1, memory_order_relaxed);
@@ -167,7 +185,8 @@ static shoal_heap_t *heap_pop_or_carve(void) {
 }
 
 /* A heap for a starting thread: a dead thread's heap when there is one (its
- * pages get used again), a new one otherwise. */
+ * pages get used again), a new one otherwise (zeroed, registered: the heap
+ * layer sets it up). */
 shoal_heap_t *arena_heap_new_or_adopt(bool *adopted) {
   *adopted = false;
   for (;;) {
@@ -203,16 +222,6 @@ void arena_for_each_heap(void (*visit)(shoal_heap_t *heap, void *context), void 
     visit(heap, context);
 }
 
-static void service_if_abandoned(shoal_heap_t *heap, void *context) {
-  (void)context;
-  if (atomic_load_explicit(&heap->state, memory_order_seq_cst) == HEAP_ABANDONED)
-    heap_service_abandoned(heap);
-}
-
-void arena_service_all_abandoned(void) {
-  arena_for_each_heap(service_if_abandoned, NULL);
-}
-
 size_t arena_heap_count(size_t *abandoned) {
   lock_acquire(&arena_lock);
   *abandoned = arena.abandoned_count;
@@ -223,7 +232,7 @@ size_t arena_heap_count(size_t *abandoned) {
 /* ---- fork: the child must be able to allocate at once ---- */
 
 void arena_register_for_fork(void) {
-  lock_register_for_fork(&arena_lock);
+  lock_register_for_fork(&arena_lock, LOCK_RANK_ARENA);
 }
 
 static void orphan_other_heaps(shoal_heap_t *heap, void *context) {
@@ -236,6 +245,6 @@ static void orphan_other_heaps(shoal_heap_t *heap, void *context) {
 /* In the child only this thread survives. Other threads' heaps may have
  * been mid-update: never adopt or service them (their memory stays with
  * them; a child that lives on leaks it rather than risk corruption). */
-void arena_fork_child(void) {
-  arena_for_each_heap(orphan_other_heaps, thread_heap_own());
+void arena_fork_child(shoal_heap_t *survivor) {
+  arena_for_each_heap(orphan_other_heaps, survivor);
 }

@@ -1,0 +1,75 @@
+/* os.h — the platform: the only door to the kernel, for every layer above.
+ *
+ * Vocabulary: "map" reserves and commits address space (Linux commits
+ * lazily: untouched pages cost no memory); "purge" gives the pages of a
+ * range back, leaving it mapped and reading as zero ("lazy": the kernel
+ * takes them only when it wants memory); "unmap" returns the range itself;
+ * "protect" makes pages inaccessible, or accessible again. Reserved bytes
+ * are counted here; committed bytes (what may be resident) are noted by the
+ * callers. Nothing here knows an allocator type: one file per platform
+ * implements this header (linux.c). */
+#ifndef SHOAL_OS_H
+#define SHOAL_OS_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+size_t os_page_size(void);
+/* Reserve and commit `size` bytes aligned to `alignment` (a power of two,
+ * >= the OS page). Memory reads as zero. NULL with errno ENOMEM on failure. */
+void *os_map_aligned(size_t size, size_t alignment);
+void os_unmap(void *address, size_t size);
+/* Give the pages back but keep the range mapped: it reads as zero after. */
+void os_purge(void *address, size_t size);
+/* Let the kernel take the pages when it needs memory; until then touching
+ * them again costs nothing. Contents are undefined after. */
+void os_purge_lazy(void *address, size_t size);
+/* Ask for transparent huge pages (where the system leaves it to madvise):
+ * the range then faults in 2 MiB at a time. */
+void os_advise_huge_pages(void *address, size_t size);
+/* Grow or shrink a mapping, moving it (without copying) to an address
+ * aligned to `alignment` when it cannot stay. NULL on failure, old intact. */
+void *os_remap_aligned(void *address, size_t old_size, size_t new_size, size_t alignment);
+/* Checked mode: make whole OS pages inaccessible (any touch faults) or
+ * read-write again, contents kept. False when the kernel refused. */
+bool os_protect(void *address, size_t size, bool accessible);
+/* Checked mode: on SIGSEGV or SIGBUS call handler(address, "read" | "write"
+ * | "access", faulting instruction) in the signal handler; it reports and
+ * aborts when the fault is its own, else returns: the previous handler is
+ * put back and the access faults again, to end as it would without shoal.
+ * The handler must be async-signal-safe. False when it cannot be installed. */
+bool os_catch_faults(void (*handler)(const void *address, const char *access,
+                                     const void *instruction));
+int64_t os_now_ms(void);
+uint64_t os_random_key(void);
+void os_futex_wait(_Atomic(int) *address, int expected);
+void os_futex_wake_one(_Atomic(int) *address);
+void os_yield(void);
+/* Hold off asynchronous signals in this thread (nested), and let them come
+ * again at the last release: around every lock (lock.c). */
+void os_signals_hold(void);
+void os_signals_release(void);
+void os_write_stderr(const char *text, size_t length);
+void os_keep_stderr(void); /* a copy of fd 2 for the reports at exit */
+void os_write_all(int fd, const char *text, size_t length);
+int os_open_output(const char *path); /* -1 with errno set: the caller says why */
+void os_close(int fd);
+void os_abort(void) __attribute__((noreturn));
+void os_commit_note(ptrdiff_t bytes); /* + touched, - purged or unmapped */
+size_t os_reserved_bytes(void);
+size_t os_committed_bytes(void);
+size_t os_peak_committed_bytes(void);
+size_t os_purge_count(void);
+size_t os_purged_bytes(void);
+/* A whole file mapped read-only, for reading it without a buffer (the
+ * symboliser reads ELF files so); NULL when it cannot be opened, is empty or
+ * is not a file. Not heap memory: not counted as reserved. errno is kept. */
+const void *os_map_file(const char *path, size_t *size);
+void os_unmap_file(const void *address, size_t size);
+/* The target of a symbolic link (/proc/self/exe), NUL-terminated, truncated
+ * to capacity; its length, 0 when it cannot be read. */
+size_t os_read_link(const char *path, char *out, size_t capacity);
+
+#endif /* SHOAL_OS_H */
