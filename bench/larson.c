@@ -11,11 +11,24 @@
  * SIZE counts replacements in all, split evenly among the threads, so the
  * work is the same at every thread count.
  *
+ * A third argument "sized" (larson SIZE THREADS sized) runs the same work
+ * through C++'s operator new and sized operator delete(void *, size_t), as
+ * mimalloc-bench's larson-sized does, so an allocator with a fast path for a
+ * free that is told the size is measured on it. Both are looked up at run
+ * time (dlsym of the mangled names _Znwm and _ZdlPvm): the preloaded
+ * allocator's own if it has them, else libstdc++'s (loaded for this), whose
+ * sized delete calls free; if neither is found it is malloc and free.
+ *
  * time_s: the threads' run, from the start line to the last join;
- * mops: million replacements per second over all threads. */
+ * mops: million replacements per second over all threads; sized runs add
+ * sized (1 if the operators were found) and sized_own (1 when the sized
+ * delete is the allocator's own, in the object that defines free; 0 when it
+ * is libstdc++'s or absent). */
 #include "bench.h"
 
+#include <dlfcn.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 
 #define POOL_SLOTS 32768
 
@@ -34,6 +47,34 @@ typedef struct worker {
 static _Atomic(block_header_t *) pool[POOL_SLOTS];
 static pthread_barrier_t start_line;
 
+/* The sized variant: operator new(size_t) and operator delete(void *, size_t),
+ * asked for on the command line, used if found. */
+static bool sized_asked, sized;
+static void *(*operator_new)(size_t);
+static void (*operator_delete_sized)(void *, size_t);
+
+/* Finds the C++ operators; false if there are none to call. */
+static bool find_sized_delete(void) {
+  for (int attempt = 0; attempt < 2; attempt++) {
+    operator_new = (void *(*)(size_t))dlsym(RTLD_DEFAULT, "_Znwm");
+    operator_delete_sized = (void (*)(void *, size_t))dlsym(RTLD_DEFAULT, "_ZdlPvm");
+    if (operator_new != NULL && operator_delete_sized != NULL) return true;
+    /* Not preloaded: libstdc++'s, as a C++ program would have (it stays). */
+    if (attempt == 0 && dlopen("libstdc++.so.6", RTLD_NOW | RTLD_GLOBAL) == NULL) break;
+  }
+  return false;
+}
+
+/* Whether the sized delete is defined in the same object as free. */
+static bool sized_delete_is_own(void) {
+  Dl_info delete_info, free_info;
+  void *free_address = dlsym(RTLD_DEFAULT, "free");
+  if (dladdr((void *)operator_delete_sized, &delete_info) == 0 || free_address == NULL ||
+      dladdr(free_address, &free_info) == 0)
+    return false;
+  return strcmp(delete_info.dli_fname, free_info.dli_fname) == 0;
+}
+
 static size_t block_size(rng_t *rng) {
   if (rng_below(rng, 64) == 0) return rng_range(rng, 501, 8000);
   return rng_range(rng, 10, 500);
@@ -42,7 +83,7 @@ static size_t block_size(rng_t *rng) {
 /* The header fills 8 bytes; the stamp covers the rest (at least 2 bytes). */
 static block_header_t *block_new(rng_t *rng, uint32_t id) {
   size_t size = block_size(rng);
-  block_header_t *b = bench_malloc(size);
+  block_header_t *b = sized ? operator_new(size) : bench_malloc(size);
   b->size = (uint32_t)size;
   b->id = id;
   block_stamp(b + 1, size - sizeof *b, bench_tag(id));
@@ -52,7 +93,10 @@ static block_header_t *block_new(rng_t *rng, uint32_t id) {
 static void block_free(block_header_t *b, const char *what) {
   size_t body = b->size - sizeof *b;
   block_check(b + 1, body, body, bench_tag(b->id), what);
-  free(b);
+  if (sized)
+    operator_delete_sized(b, b->size);
+  else
+    free(b);
 }
 
 static void *worker_run(void *arg) {
@@ -69,6 +113,15 @@ static void *worker_run(void *arg) {
 }
 
 int main(int argc, char **argv) {
+  if (argc == 4) {
+    if (strcmp(argv[3], "sized") != 0) {
+      fprintf(stderr, "usage: larson tiny|quick|full|COUNT [THREADS [sized]]\n");
+      return 2;
+    }
+    argc = 3;
+    sized_asked = true;
+    sized = find_sized_delete();
+  }
   bench_args_t args = bench_init(argc, argv, "larson", SIZES, 2);
   rng_t rng = rng_make(7);
   for (size_t i = 0; i < POOL_SLOTS; i++) atomic_init(&pool[i], block_new(&rng, (uint32_t)i));
@@ -79,7 +132,11 @@ int main(int argc, char **argv) {
 
   for (size_t i = 0; i < POOL_SLOTS; i++) block_free(atomic_load(&pool[i]), "final");
   double total = (double)(args.size / args.threads) * args.threads;
-  bench_report("threads=%d time_s=%.4f mops=%.3f", args.threads, seconds, total / seconds * 1e-6);
+  if (sized_asked)
+    bench_report("threads=%d time_s=%.4f mops=%.3f sized=%d sized_own=%d", args.threads, seconds,
+                 total / seconds * 1e-6, sized, sized && sized_delete_is_own());
+  else
+    bench_report("threads=%d time_s=%.4f mops=%.3f", args.threads, seconds, total / seconds * 1e-6);
   free(workers);
   return 0;
 }

@@ -38,6 +38,8 @@ ROOT = BENCH_DIR.parent
 # Workloads in run order, with the thread counts (THREADS argument) of their
 # cases per mode; None runs the workload without a THREADS argument.
 # The sizes themselves are fixed in each C file (tiny, quick, full).
+# A case (VARIANT, THREADS) passes one more argument after THREADS: a
+# variant's name (larson's "sized"), or for replay a trace (see below).
 MULTI = [2, 4, 8, 16, 32, 64]
 # replay's cases are (trace in bench/traces/, THREADS): 1 replays every call
 # in one thread, the trace's own thread count each traced thread in its own.
@@ -48,10 +50,15 @@ WORKLOADS = {
     "mtalloc": {"tiny": [2], "quick": [2, 8], "full": MULTI},
     "mtrealloc": {"tiny": [2], "quick": [2, 8], "full": MULTI},
     "prodcons": {"tiny": [2], "quick": [1, 4], "full": [1] + MULTI},
-    "larson": {"tiny": [2], "quick": [2, 8], "full": MULTI},
+    "xmalloc": {"tiny": [2], "quick": [2, 8], "full": MULTI},
+    "larson": {"tiny": [2, ("sized", 2)], "quick": [2, 8, ("sized", 2), ("sized", 8)],
+               "full": MULTI + [("sized", t) for t in MULTI]},
+    "mstress": {"tiny": [2], "quick": [2, 8, 64], "full": MULTI},
+    "rptest": {"tiny": [2], "quick": [2, 8], "full": MULTI},
     "strappend": {"tiny": [None], "quick": [None], "full": [None]},
     "smallobj": {"tiny": [None], "quick": [None], "full": [None]},
     "largeblk": {"tiny": [None], "quick": [None], "full": [None]},
+    "largemix": {"tiny": [1], "quick": [1, 2], "full": [1, 2, 8]},
     "giveback": {"tiny": [2], "quick": [2], "full": [2, 8, 64]},
     "cthrash": {"tiny": [2], "quick": [2], "full": MULTI},
     "loader": {"tiny": [None], "quick": [None], "full": [None]},
@@ -65,7 +72,7 @@ WORKLOADS = {
 }
 
 # How a case's THREADS argument reads in the tables.
-THREAD_LABEL = {"prodcons": "1:{}"}
+THREAD_LABEL = {"prodcons": "1:{}", "xmalloc": "{0}:{0}"}
 
 # name -> (shared library to preload, Debian package); system preloads nothing.
 PEERS = {
@@ -415,9 +422,10 @@ def make_cases(names, mode):
     for name in names:
         for threads in WORKLOADS[name][mode]:
             label, args = name, []
-            if isinstance(threads, tuple):  # replay: (trace, threads)
-                trace, threads = threads
-                label, args = f"{name} {trace}", [str(TRACE_DIR / f"{trace}.trace.gz")]
+            if isinstance(threads, tuple):  # (variant, threads); replay: (trace, threads)
+                variant, threads = threads
+                label = f"{name} {variant}"
+                args = [str(TRACE_DIR / f"{variant}.trace.gz") if name == "replay" else variant]
             if threads is not None:
                 label += " " + THREAD_LABEL.get(name, "t={}").format(threads)
             cases.append({"workload": name, "threads": threads, "label": label, "args": args})
