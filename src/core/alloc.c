@@ -139,15 +139,22 @@ void heap_page_freed(shoal_heap_t *heap, shoal_page_t *page) {
   if (page->used == 0) heap_page_retire(heap, page);
 }
 
-static void free_remote(shoal_page_t *page, shoal_block_t *block) {
-  count_free(thread_heap, page->shared_class, page->shared_block_size, true);
+/* Home to its page, gathered with others of the page in the outbox; a
+ * thread without a heap (after its exit hook) sends it at once. */
+static void free_remote(shoal_heap_t *heap, shoal_page_t *page, shoal_block_t *block) {
+  count_free(heap, page->shared_class, page->shared_block_size, true);
   block->key = free_key;
-  shoal_heap_t *abandoned_owner = page_push_remote(page, block);
+  if (likely(heap != &heap_empty)) {
+    heap_outbox_push(heap, page, block);
+    return;
+  }
+  shoal_heap_t *abandoned_owner = page_push_remote(page, block, block, 1);
   if (unlikely(abandoned_owner != NULL)) heap_service_abandoned(abandoned_owner);
 }
 
-/* A block of another heap (one CAS on its page's remote list), of a huge
- * segment, or no block at all. Reads only the page's shared line. */
+/* A block of another heap (kept for this thread's own mallocs, or gathered
+ * to go home a chain at a time), of a huge segment, or no block at all.
+ * Reads only the page's shared line. */
 void free_not_local(shoal_page_t *page, void *p, size_t size_hint, caller_t caller) {
   shoal_block_t *block = p;
   if (unlikely(page->shared_class >= CLASS_HUGE || size_hint > page->shared_block_size ||
@@ -159,12 +166,13 @@ void free_not_local(shoal_page_t *page, void *p, size_t size_hint, caller_t call
     return;
   }
   shoal_heap_t *heap = thread_heap;
+  if (unlikely(heap == &heap_empty)) heap = heap_of_freeing_thread();
   block->key = free_key;
   if (heap != &heap_empty && heap_remote_cache_push(heap, page->shared_class, block)) {
     count_free(heap, page->shared_class, page->shared_block_size, true);
     return;
   }
-  free_remote(page, block);
+  free_remote(heap, page, block);
 }
 
 static void free_huge(shoal_segment_t *segment, shoal_block_t *block, const void *p) {
@@ -211,7 +219,7 @@ slow_path void free_slow(void *p, size_t size_hint, caller_t caller) {
     page->is_zero = 0;
     if (--page->used == 0 || page->flags != 0) heap_page_freed(heap, page);
   } else {
-    free_remote(page, block);
+    free_remote(heap, page, block);
   }
 done:
   errno = saved_errno;

@@ -30,6 +30,7 @@ shoal_heap_t heap_empty = {
 __attribute__((tls_model("initial-exec"))) _Thread_local shoal_heap_t *thread_heap = &heap_empty;
 __attribute__((tls_model("initial-exec"))) _Thread_local shoal_heap_t *thread_heap_parked;
 pthread_key_t heap_exit_key;
+static _Thread_local bool thread_exited; /* its heap was abandoned at its exit */
 core_hooks_t core_hooks;
 
 /* ---- queues ---- */
@@ -244,6 +245,41 @@ bool heap_remote_cache_push(shoal_heap_t *heap, uint8_t size_class, shoal_block_
   return true;
 }
 
+/* ---- the outbox ---- */
+
+static inline size_t outbox_index(const shoal_page_t *page) {
+  return (size_t)(((uintptr_t)page * 0x9E3779B97F4A7C15u) >> 58);
+}
+
+static void outbox_send(shoal_heap_t *heap, size_t index) {
+  outbox_slot_t *slot = &heap->outbox[index];
+  shoal_heap_t *abandoned_owner = page_push_remote(slot->page, slot->head, slot->tail, slot->count);
+  slot->page = NULL;
+  heap->outbox_occupied &= ~((uint64_t)1 << index);
+  if (unlikely(abandoned_owner != NULL)) heap_service_abandoned(abandoned_owner);
+}
+
+void heap_outbox_push(shoal_heap_t *heap, shoal_page_t *page, shoal_block_t *block) {
+  size_t index = outbox_index(page);
+  outbox_slot_t *slot = &heap->outbox[index];
+  if (slot->page != page) {
+    if (slot->page != NULL) outbox_send(heap, index);
+    slot->page = page;
+    slot->head = NULL;
+    slot->tail = block;
+    slot->count = 0;
+    heap->outbox_occupied |= (uint64_t)1 << index;
+  }
+  block->next = slot->head;
+  slot->head = block;
+  if (++slot->count * page->shared_block_size >= OUTBOX_BYTES) outbox_send(heap, index);
+}
+
+void heap_outbox_flush(shoal_heap_t *heap) {
+  while (heap->outbox_occupied != 0)
+    outbox_send(heap, (size_t)__builtin_ctzll(heap->outbox_occupied));
+}
+
 /* Send every cached block home, e.g. when the thread ends. */
 void heap_remote_cache_flush(shoal_heap_t *heap) {
   for (uint8_t size_class = 0; size_class < REMOTE_CACHE_CLASSES; size_class++) {
@@ -255,11 +291,11 @@ void heap_remote_cache_flush(shoal_heap_t *heap) {
     heap_direct_update(heap, size_class);
     while (block != NULL) {
       shoal_block_t *next = block->next;
-      shoal_heap_t *owner = page_push_remote(segment_page_of(segment_of(block), block), block);
-      if (owner != NULL) heap_service_abandoned(owner);
+      heap_outbox_push(heap, segment_page_of(segment_of(block), block), block);
       block = next;
     }
   }
+  heap_outbox_flush(heap);
 }
 
 static slow_path void *out_of_memory(void) {
@@ -329,6 +365,7 @@ void *heap_malloc_slow(shoal_heap_t *heap, size_t size) {
     if (heap == NULL) return out_of_memory();
   }
   counter_add(&heap->counters.slow_paths, 1);
+  if (heap->outbox_occupied != 0) heap_outbox_flush(heap); /* a quiet moment to send them */
   if (size <= MEDIUM_MAX) return heap_malloc_medium(heap, size);
   if (size > PTRDIFF_MAX) return out_of_memory();
   return heap_malloc_large(heap, size, 0);
@@ -461,13 +498,26 @@ void heap_thread_exit(void *value) {
   }
   if (heap == NULL || heap == &heap_empty || heap != thread_heap) return;
   thread_heap = &heap_empty;
+  thread_exited = true;
   heap_abandon(heap);
+}
+
+/* A thread that frees before it ever allocated (a consumer) gets its heap
+ * now: counting its frees in the shared orphan counters, with an atomic
+ * add on one line for every thread, took half of a consumer's time. After
+ * its exit hook ran (the C library frees thread data late) it gets none:
+ * nobody would abandon it. */
+shoal_heap_t *heap_of_freeing_thread(void) {
+  if (thread_exited) return &heap_empty;
+  shoal_heap_t *heap = heap_get_or_create();
+  return heap != NULL ? heap : &heap_empty;
 }
 
 /* Collect every page's frees; with force, return all that is empty now. */
 void heap_collect(shoal_heap_t *heap, bool force) {
   heap_fold_counters(heap);
   if (force) heap_remote_cache_flush(heap);
+  heap_outbox_flush(heap);
   heap_drain_notified(heap);
   for (int size_class = 0; size_class < CLASS_COUNT; size_class++) {
     shoal_page_t *page = heap->queues[size_class].first;

@@ -70,6 +70,8 @@ typedef const void *caller_t;
 #define HUGE_BLOCK_OFFSET    SLICE_SIZE         /* block of a huge segment starts here */
 #define REMOTE_CACHE_CLASSES 32                 /* the classes up to DIRECT_MAX */
 #define REMOTE_CACHE_BYTES   (32 * 1024)        /* per class, of other threads' blocks kept */
+#define OUTBOX_SLOTS         64                 /* pages other threads own, gathered at once */
+#define OUTBOX_BYTES         (4 * 1024)         /* a page's gathered blocks go home at this */
 #define ADDRESS_BITS         47
 #define SEGMENT_MAP_ENTRIES  ((size_t)1 << (ADDRESS_BITS - SEGMENT_SHIFT))
 
@@ -131,10 +133,11 @@ typedef struct shoal_page_s {
   uint32_t used_at_fold;
   uint64_t unfolded_allocs;
   uint64_t free_limit; /* shared_limit while the fast path may free here, else 0 (parked) */
-  /* Line 3, written by other threads. Blocks they freed (atomic). Bit 0
-   * set: the owner parked the page in its full list and wants to be told;
-   * the first pusher clears it and queues the page on the owner's notify
-   * stack through next_notified. */
+  /* Line 3, written by other threads. Blocks they freed (atomic): the list
+   * in bits 1..47, its length in bits 48..63. Bit 0 set: the owner parked
+   * the page in its full list and wants to be told; the first pusher clears
+   * it and queues the page on the owner's notify stack through
+   * next_notified. */
   _Atomic(uintptr_t) xthread_free cache_aligned;
   struct shoal_page_s *next_notified;
 } cache_aligned shoal_page_t;
@@ -213,6 +216,14 @@ typedef struct page_queue_s {
   shoal_page_t *first, *last;
 } page_queue_t;
 
+/* Blocks of one page of another heap, freed by this thread and not yet
+ * sent: a chain from head to tail, sent with one CAS (page_push_remote). */
+typedef struct outbox_slot_s {
+  shoal_page_t *page; /* NULL: the slot is empty */
+  shoal_block_t *head, *tail;
+  uint32_t count;
+} outbox_slot_t;
+
 typedef enum heap_state_e {
   HEAP_LIVE = 0,      /* a thread owns it */
   HEAP_ABANDONED = 1, /* its thread exited; waiting for adoption */
@@ -245,6 +256,11 @@ typedef struct shoal_heap_s {
    * next allocations of the class, as a pseudo page the fast path pops like
    * any other (reserved counts pushes, used pops). */
   shoal_page_t remote_cache[REMOTE_CACHE_CLASSES];
+  /* (owner) Other threads' blocks this thread freed beyond the cache,
+   * gathered by page (a slot per page, by hash) and sent home a chain at a
+   * time: one CAS for OUTBOX_BYTES of blocks, not one a block. */
+  outbox_slot_t outbox[OUTBOX_SLOTS];
+  uint64_t outbox_occupied;             /* (owner) a bit per slot holding blocks */
   size_t purge_pending_bytes;           /* (owner) free dirty slice bytes not yet purged */
   int64_t purge_at_ms;                  /* (owner) when to purge them; 0: nothing pending */
   struct shoal_heap_s *next_registered; /* (arena) every heap */
@@ -365,9 +381,11 @@ bool page_extend(shoal_page_t *page);
 size_t page_collect(shoal_page_t *page);
 bool page_park_full(shoal_page_t *page); /* arm the notify bit; false: it had remote frees */
 bool page_unpark(shoal_page_t *page);    /* disarm; false: a notification is on its way */
-/* One CAS (may notify the owner). The owner's heap when its thread is gone
- * and it needs a service (heap_service_abandoned), else NULL. */
-struct shoal_heap_s *page_push_remote(shoal_page_t *page, shoal_block_t *block);
+/* A chain of `count` blocks of the page, head to tail, freed by another
+ * thread: one CAS (may notify the owner). The owner's heap when its thread
+ * is gone and it needs a service (heap_service_abandoned), else NULL. */
+struct shoal_heap_s *page_push_remote(shoal_page_t *page, shoal_block_t *head, shoal_block_t *tail,
+                                      uint32_t count);
 /* p is at a block boundary of the page, handed out or not (any thread). */
 static inline bool page_is_block_start(const shoal_page_t *page, const void *p) {
   uint32_t offset = (uint32_t)((const uint8_t *)p - page->shared_start);
@@ -394,6 +412,9 @@ static inline shoal_heap_t *thread_heap_own(void) {
 extern pthread_key_t heap_exit_key; /* created at start-up: its destructor is heap_thread_exit */
 /* The calling thread's heap, new or adopted; process_init must have run. */
 shoal_heap_t *heap_get_or_create(void);
+/* The heap a free should count in: this thread's, made now if it has none
+ * yet; heap_empty once the thread's exit hook ran, or out of memory. */
+shoal_heap_t *heap_of_freeing_thread(void);
 void *heap_malloc_slow(shoal_heap_t *heap, size_t size);
 void *heap_malloc_medium(shoal_heap_t *heap, size_t size);
 /* calloc beyond LARGE_MAX: zeroed (fresh memory as it is, a cached block
@@ -405,6 +426,10 @@ void heap_queue_push_back(shoal_heap_t *heap, shoal_page_t *page);
 void heap_page_retire(shoal_heap_t *heap, shoal_page_t *page);
 void heap_drain_notified(shoal_heap_t *heap);
 bool heap_remote_cache_push(shoal_heap_t *heap, uint8_t size_class, shoal_block_t *block);
+/* Another heap's block, freed by this heap's thread: into the outbox, sent
+ * home with others of its page; heap_outbox_flush sends them all now. */
+void heap_outbox_push(shoal_heap_t *heap, shoal_page_t *page, shoal_block_t *block);
+void heap_outbox_flush(shoal_heap_t *heap);
 void heap_remote_cache_flush(shoal_heap_t *heap);
 void heap_collect(shoal_heap_t *heap, bool force);
 void heap_fold_counters(shoal_heap_t *heap);

@@ -3,7 +3,11 @@
  * A page has two free lists, so the owner never needs an atomic to
  * allocate or to free its own blocks:
  *   free          blocks to hand out, and the owner's frees (owner);
- *   xthread_free  blocks other threads freed, pushed with one CAS each.
+ *   xthread_free  blocks other threads freed, pushed a chain at a time with
+ *                 one CAS (a thread gathers its frees of a page first,
+ *                 heap.c's outbox), with their count in the word's top 16
+ *                 bits, so the owner takes them all with one exchange and
+ *                 knows how many without walking them.
  * When `free` runs dry the slow path collects the other. The owner frees
  * onto `free` itself, last in first out, so a block freed is the next one
  * handed out while still in cache. (A third list for the owner's frees, as
@@ -18,7 +22,11 @@
 
 #include <string.h>
 
-#define NOTIFY_BIT ((uintptr_t)1)
+#define NOTIFY_BIT   ((uintptr_t)1)
+#define COUNT_SHIFT  48 /* user addresses have 47 bits (ADDRESS_BITS) */
+#define POINTER_MASK ((((uintptr_t)1 << COUNT_SHIFT) - 1) & ~NOTIFY_BIT)
+_Static_assert(ADDRESS_BITS < COUNT_SHIFT, "the count sits above every address");
+_Static_assert(SLICE_SIZE / MIN_BLOCK_SIZE < 65536, "a page's blocks fit the 16-bit count");
 
 uintptr_t free_key;
 
@@ -64,24 +72,25 @@ bool page_extend(shoal_page_t *page) {
   return true;
 }
 
-/* Move other threads' frees onto `free`; returns how many there were. */
+/* Move other threads' frees onto `free`; returns how many there were. The
+ * word says how many; only when `free` is not empty (collect and abandon,
+ * not the malloc slow path) is the list walked, to join the two. */
 size_t page_collect(shoal_page_t *page) {
-  uintptr_t head = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
-  if ((head & ~NOTIFY_BIT) == 0) return 0;
-  /* Keep the notify bit as it is; take the list. */
-  head = atomic_exchange_explicit(&page->xthread_free, head & NOTIFY_BIT, memory_order_acquire);
-  shoal_block_t *list = (shoal_block_t *)(head & ~NOTIFY_BIT);
+  uintptr_t word = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
+  if ((word & ~NOTIFY_BIT) == 0) return 0;
+  /* Keep the notify bit as it is; take the list and its count. */
+  word = atomic_exchange_explicit(&page->xthread_free, word & NOTIFY_BIT, memory_order_acquire);
+  shoal_block_t *list = (shoal_block_t *)(word & POINTER_MASK);
+  uint32_t count = (uint32_t)(word >> COUNT_SHIFT);
   if (list == NULL) return 0;
-  size_t count = 1;
-  shoal_block_t *tail = list;
-  while (tail->next != NULL) {
-    tail = tail->next;
-    count++;
+  if (page->free != NULL) {
+    shoal_block_t *tail = list;
+    while (tail->next != NULL) tail = tail->next;
+    tail->next = page->free;
   }
-  tail->next = page->free;
   page->free = list;
-  page->used -= (uint32_t)count;
-  page->used_at_fold -= (uint32_t)count; /* counted by the threads that freed them */
+  page->used -= count;
+  page->used_at_fold -= count; /* counted by the threads that freed them */
   page->is_zero = 0;
   return count;
 }
@@ -100,18 +109,22 @@ bool page_unpark(shoal_page_t *page) {
 
 static shoal_heap_t *page_notify_owner(shoal_page_t *page);
 
-/* A block freed by a thread that does not own the page: one CAS (retried
- * only if another thread pushed at the same instant); the first push onto a
- * parked page tells the owner. */
-shoal_heap_t *page_push_remote(shoal_page_t *page, shoal_block_t *block) {
-  uintptr_t head = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
+/* Blocks freed by a thread that does not own the page, `count` of them
+ * linked from head to tail: one CAS (retried only if another thread pushed
+ * at the same instant); the first push onto a parked page tells the owner. */
+shoal_heap_t *page_push_remote(shoal_page_t *page, shoal_block_t *head, shoal_block_t *tail,
+                               uint32_t count) {
+  uintptr_t word = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
+  uintptr_t desired;
   do {
-    block->next = (shoal_block_t *)(head & ~NOTIFY_BIT);
+    tail->next = (shoal_block_t *)(word & POINTER_MASK);
+    desired =
+        (uintptr_t)head | ((uintptr_t)((uint32_t)(word >> COUNT_SHIFT) + count) << COUNT_SHIFT);
     /* acq_rel: a pusher that clears the notify bit then uses the page's
      * notify link, which the owner's parking (a release) handed over. */
-  } while (!atomic_compare_exchange_weak_explicit(&page->xthread_free, &head, (uintptr_t)block,
+  } while (!atomic_compare_exchange_weak_explicit(&page->xthread_free, &word, desired,
                                                   memory_order_acq_rel, memory_order_relaxed));
-  return (head & NOTIFY_BIT) != 0 ? page_notify_owner(page) : NULL;
+  return (word & NOTIFY_BIT) != 0 ? page_notify_owner(page) : NULL;
 }
 
 /* Called by the remote freer that cleared the notify bit. The heap is never

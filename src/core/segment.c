@@ -82,6 +82,9 @@ shoal_page_t *segment_page_alloc(shoal_heap_t *heap, size_t slices) {
     if (segment == NULL) return NULL;
     segment->heap = heap;
     heap_segment_link(heap, segment);
+    /* A cached segment comes with slices its last heap touched: free and
+     * resident, they are this heap's to purge now (taking one subtracts). */
+    heap->purge_pending_bytes += pending_bytes(segment, SLICES_ALL & ~SLICE_HEADER_BITS);
     runs = free_runs(segment->free_slices, slices);
   }
   size_t first = (size_t)__builtin_ctzll(runs);

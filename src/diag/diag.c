@@ -178,23 +178,27 @@ static void contention_note(contention_event_t event, caller_t caller, size_t ti
 /* What a core call did that the log wants to know: read before and after. */
 typedef struct contention_probe_s {
   size_t lock_waits;
+  const shoal_heap_t *heap;
   size_t slow_paths;
 } contention_probe_t;
 
 static void contention_probe(contention_probe_t *probe) {
   probe->lock_waits = lock_waits;
   shoal_heap_t *heap = thread_heap;
+  probe->heap = heap;
   probe->slow_paths = heap == &heap_empty
                           ? 0
                           : atomic_load_explicit(&heap->counters.slow_paths, memory_order_relaxed);
 }
 
+/* A call that gave the thread its heap (a new one, or a dead thread's with
+ * its counts) took no slow path of its own to count. */
 static void contention_after(const contention_probe_t *before, caller_t caller) {
   contention_probe_t after;
   contention_probe(&after);
   if (after.lock_waits != before->lock_waits)
     contention_note(EVENT_LOCK_WAIT, caller, after.lock_waits - before->lock_waits);
-  if (after.slow_paths > before->slow_paths)
+  if (after.heap == before->heap && after.slow_paths > before->slow_paths)
     contention_note(EVENT_SLOW_PATH, caller, after.slow_paths - before->slow_paths);
 }
 

@@ -1,11 +1,14 @@
 /* segment, page and heap layers seen from inside: a page serves its blocks
  * at its own addresses, parks when full, is notified by a remote free, and
- * returns to its segment when empty; a dead thread's heap is serviced by a
- * remote free and adopted by the next thread. */
+ * returns to its segment when empty; another thread's frees go home a chain
+ * at a time, counted; a dead thread's heap is serviced by a remote free and
+ * adopted by the next thread; a heap that takes a cached segment counts its
+ * touched slices as its own to purge. */
 #include "../testhelper.h"
 #include "core/internal.h"
 
 #include <pthread.h>
+#include <string.h>
 
 static void *blocks[4096];
 static size_t block_count;
@@ -23,7 +26,106 @@ static void *free_all(void *arg) {
   return NULL;
 }
 
+/* ---- remote frees gathered in the freeing thread's outbox ---- */
+
+static shoal_page_t *outbox_page;
+static void *outbox_blocks[1024];
+
+static void *free_a_few_then_collect(void *arg) {
+  size_t few = (size_t)(uintptr_t)arg;
+  for (size_t i = 0; i < few; i++) shoal_free(outbox_blocks[i]);
+  /* Fewer than a chain's worth: still with this thread, not at the page. */
+  CHECK(atomic_load(&outbox_page->xthread_free) >> 48 == 0);
+  CHECK(thread_heap->outbox_occupied != 0);
+  shoal_collect(false); /* sends them */
+  CHECK(thread_heap->outbox_occupied == 0);
+  CHECK(atomic_load(&outbox_page->xthread_free) >> 48 == few);
+  return NULL;
+}
+
+static void *free_the_rest(void *arg) {
+  size_t from = (size_t)(uintptr_t)arg;
+  for (size_t i = from; i < outbox_page->reserved; i++) shoal_free(outbox_blocks[i]);
+  return NULL; /* the thread's exit sends what it gathered */
+}
+
+static void test_outbox(void) {
+  /* A class beyond the remote cache's (which keeps other threads' small
+   * blocks for the freeing thread's own mallocs), so every free goes to the
+   * outbox: 56 blocks a page, sent home four at a time. */
+  enum { SIZE = 1100, FEW = 3 };
+  /* A page of our own from its first block: blocks until one opens a page. */
+  static void *before_it[1024];
+  size_t before_count = 0;
+  for (;;) {
+    outbox_blocks[0] = shoal_malloc(SIZE);
+    outbox_page = segment_page_of(segment_of(outbox_blocks[0]), outbox_blocks[0]);
+    if (outbox_page->used == 1) break;
+    CHECK(before_count < 1024);
+    before_it[before_count++] = outbox_blocks[0];
+  }
+  size_t count = 1;
+  while (count < outbox_page->reserved) {
+    void *p = shoal_malloc(SIZE);
+    CHECK(segment_page_of(segment_of(p), p) == outbox_page);
+    outbox_blocks[count++] = p;
+  }
+  CHECK(count == outbox_page->reserved && count <= 1024);
+  CHECK(FEW * outbox_page->block_size < OUTBOX_BYTES && count * SIZE > OUTBOX_BYTES);
+  CHECK(outbox_page->size_class >= REMOTE_CACHE_CLASSES);
+  uint32_t used = outbox_page->used;
+  pthread_t thread;
+  CHECK(pthread_create(&thread, NULL, free_a_few_then_collect, (void *)(uintptr_t)FEW) == 0);
+  pthread_join(thread, NULL);
+  CHECK(pthread_create(&thread, NULL, free_the_rest, (void *)(uintptr_t)FEW) == 0);
+  pthread_join(thread, NULL);
+  /* Every block came home, counted in the list's word: no walk needed. */
+  CHECK(atomic_load(&outbox_page->xthread_free) >> 48 == count);
+  CHECK(outbox_page->free == NULL && page_collect(outbox_page) == count);
+  CHECK(outbox_page->used == used - count);
+  size_t on_list = 0;
+  for (shoal_block_t *block = outbox_page->free; block != NULL; block = block->next) on_list++;
+  CHECK(on_list == count);
+  for (size_t i = 0; i < before_count; i++) shoal_free(before_it[i]);
+  shoal_collect(true);
+}
+
+/* ---- a cached segment's touched slices become the next heap's to purge ---- */
+
+static void *fill_and_free_a_segment(void *arg) {
+  (void)arg;
+  enum { BLOCKS = 900 }; /* of 4 KiB: most of a segment's 63 slices */
+  static void *held[BLOCKS];
+  for (size_t i = 0; i < BLOCKS; i++) {
+    held[i] = shoal_malloc(4096);
+    memset(held[i], 1, 4096);
+  }
+  for (size_t i = 0; i < BLOCKS; i++) shoal_free(held[i]);
+  return NULL; /* exit: the emptied segment waits in the arena's cache, touched */
+}
+
+static void *take_a_cached_segment(void *arg) {
+  (void)arg;
+  void *p = shoal_malloc(4096);
+  CHECK(p != NULL);
+  /* Before, taking a page of a cached segment subtracted bytes this heap had
+   * never counted, and the figure wrapped around to nearly 2^64. */
+  CHECK(thread_heap->purge_pending_bytes <= SEGMENT_SIZE);
+  shoal_free(p);
+  return NULL;
+}
+
+static void test_cached_segment_pending(void) {
+  pthread_t thread;
+  CHECK(pthread_create(&thread, NULL, fill_and_free_a_segment, NULL) == 0);
+  pthread_join(thread, NULL);
+  CHECK(pthread_create(&thread, NULL, take_a_cached_segment, NULL) == 0);
+  pthread_join(thread, NULL);
+}
+
 int main(void) {
+  test_outbox();
+  test_cached_segment_pending();
   /* A page: blocks are consecutive in one page until it is full. */
   void *first = shoal_malloc(48);
   shoal_segment_t *segment = segment_of(first);
