@@ -7,8 +7,10 @@
  *   (b) the threads exit and the main thread frees all their blocks
  *       (every free lands in a heap whose thread is gone).
  * After the frees the test sleeps twice the purge delay
- * (SHOAL_OPTION_PURGE_DELAY, in ms), each live thread calls malloc/free once
- * (the natural moment for a delayed purge to run), and RSS must be below
+ * (SHOAL_OPTION_PURGE_DELAY, in ms), each live thread calls malloc/free
+ * for a small and a large block (the natural moment for a delayed purge to
+ * run: a dead thread's heap is purged at any thread's slow path once its
+ * purge is due), and RSS must be below
  * 10 % of the peak. Nothing calls shoal_collect: return must happen through
  * ordinary use. Under TSan or ASan, whose shadow memory stays resident,
  * shoal's committed bytes are measured instead of RSS.
@@ -75,12 +77,17 @@ static size_t free_chain(chained_block_t *block) {
   return count;
 }
 
-/* One malloc/free: gives the allocator a chance to run delayed work. */
+/* Ordinary calls that give the allocator a chance to run delayed work: a
+ * small block, and a large one, whose malloc takes the slow path where the
+ * purge of another (a dead) thread's heap is run once it is due. */
 static void allocate_once(void) {
-  void *block = shoal_malloc(64);
-  CHECK(block != NULL);
-  memset(block, 1, 64);
-  shoal_free(block);
+  static const size_t sizes[] = {64, 64 * 1024};
+  for (size_t i = 0; i < 2; i++) {
+    void *block = shoal_malloc(sizes[i]);
+    CHECK(block != NULL);
+    memset(block, 1, sizes[i]);
+    shoal_free(block);
+  }
 }
 
 static void *worker_run(void *argument) {

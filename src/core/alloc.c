@@ -114,7 +114,8 @@ void heap_page_freed(shoal_heap_t *heap, shoal_page_t *page) {
   if (likely(page->flags == 0)) { /* emptied; the common case keeps it as its class's last page */
     page_queue_t *queue = &heap->queues[page->size_class];
     if (queue->first == page && queue->last == page && likely(heap->purge_at_ms == 0) &&
-        likely(atomic_load_explicit(&arena_purge_at_ms, memory_order_relaxed) == 0))
+        likely(atomic_load_explicit(&arena_purge_at_ms, memory_order_relaxed) == 0) &&
+        likely(atomic_load_explicit(&abandoned_purge_at_ms, memory_order_relaxed) == 0))
       return;
     heap_page_retire(heap, page);
     return;

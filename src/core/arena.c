@@ -216,6 +216,33 @@ void arena_heap_abandoned(shoal_heap_t *heap) {
   lock_release(&arena_lock);
 }
 
+/* The first dead thread's heap that can be taken for service; it goes to
+ * the end of the list, so that the next taker tries another, and a heap
+ * that gave its memory away is adopted last. */
+shoal_heap_t *arena_abandoned_to_service(void) {
+  enum { TRIES = 4 }; /* heaps being serviced are passed over, a few of them */
+  shoal_heap_t *found = NULL;
+  lock_acquire(&arena_lock);
+  for (int tries = 0; tries < TRIES && arena.abandoned != NULL; tries++) {
+    shoal_heap_t *heap = arena.abandoned;
+    if (heap->next_abandoned != NULL) {
+      arena.abandoned = heap->next_abandoned;
+      heap->next_abandoned = NULL;
+      shoal_heap_t *last = arena.abandoned;
+      while (last->next_abandoned != NULL) last = last->next_abandoned;
+      last->next_abandoned = heap;
+    }
+    int expected = HEAP_ABANDONED;
+    if (atomic_compare_exchange_strong_explicit(&heap->state, &expected, HEAP_SERVICING,
+                                                memory_order_seq_cst, memory_order_relaxed)) {
+      found = heap;
+      break;
+    }
+  }
+  lock_release(&arena_lock);
+  return found;
+}
+
 void arena_for_each_heap(void (*visit)(shoal_heap_t *heap, void *context), void *context) {
   for (shoal_heap_t *heap = atomic_load_explicit(&arena.registered, memory_order_acquire);
        heap != NULL; heap = heap->next_registered)

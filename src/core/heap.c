@@ -19,9 +19,9 @@
 #include <pthread.h>
 #include <string.h>
 
-/* Free slices a dead thread's heap keeps resident for the thread that will
- * adopt it; the rest goes back at once, since nobody purges for it later. */
-#define ABANDONED_KEEP_BYTES ((size_t)2 << 20)
+/* The earliest time a dead thread's heap is due for its purge; 0: none.
+ * Any thread's slow path after it services such heaps (heap_maybe_purge). */
+_Atomic(int64_t) abandoned_purge_at_ms;
 
 shoal_page_t page_empty;
 shoal_heap_t heap_empty = {
@@ -120,11 +120,29 @@ static void heap_unpark_listed(shoal_heap_t *heap, shoal_page_t *page) {
 
 /* ---- page retirement and remote-free notifications ---- */
 
+/* A dead thread's heap keeps what it freed warm for the thread that adopts
+ * it (threads come and go in pools: purging at each exit made the next
+ * thread fault it all in again, a third of mstress's time), until its purge
+ * is due; then the next slow path of any thread gives it back. */
+static void abandoned_purge_note(int64_t at) {
+  int64_t due = atomic_load_explicit(&abandoned_purge_at_ms, memory_order_relaxed);
+  while ((due == 0 || at < due) &&
+         !atomic_compare_exchange_weak_explicit(&abandoned_purge_at_ms, &due, at,
+                                                memory_order_relaxed, memory_order_relaxed)) {
+  }
+}
+
 static void heap_maybe_purge(shoal_heap_t *heap) {
-  if (heap->purge_at_ms != 0 && os_now_ms() >= heap->purge_at_ms)
+  int64_t now = os_now_ms();
+  if (heap->purge_at_ms != 0 && now >= heap->purge_at_ms)
     segment_purge_heap(heap);
   else if (atomic_load_explicit(&arena_purge_at_ms, memory_order_relaxed) != 0)
     arena_cache_trim(false);
+  int64_t abandoned_due = atomic_load_explicit(&abandoned_purge_at_ms, memory_order_relaxed);
+  if (abandoned_due != 0 && now >= abandoned_due &&
+      atomic_compare_exchange_strong_explicit(&abandoned_purge_at_ms, &abandoned_due, 0,
+                                              memory_order_relaxed, memory_order_relaxed))
+    heap_service_all_abandoned(); /* each re-notes its deadline if not due yet */
 }
 
 static bool page_is_alone_in_queue(shoal_heap_t *heap, shoal_page_t *page) {
@@ -171,7 +189,16 @@ static void heap_drain(shoal_heap_t *heap, bool abandoned) {
   shoal_page_t *page = atomic_exchange_explicit(&heap->notified, NULL, memory_order_acquire);
   while (page != NULL) {
     shoal_page_t *next = page->next_notified;
-    heap_take_notified_page(heap, page, abandoned);
+    shoal_heap_t *owner = (shoal_heap_t *)atomic_load_explicit(&page->owner, memory_order_relaxed);
+    if (likely(owner == heap)) {
+      heap_take_notified_page(heap, page, abandoned);
+    } else {
+      /* Notified here by a freer that read the owner before this dead
+       * heap's segment went to a live heap (heap_take_dead_segment): on to
+       * the page's heap now. */
+      shoal_heap_t *abandoned_owner = page_notify(page, owner);
+      if (abandoned_owner != NULL) heap_service_abandoned(abandoned_owner);
+    }
     page = next;
   }
 }
@@ -180,11 +207,64 @@ void heap_drain_notified(shoal_heap_t *heap) {
   if (atomic_load_explicit(&heap->notified, memory_order_relaxed) != NULL) heap_drain(heap, false);
 }
 
+/* ---- a dead thread's memory for a live thread ---- */
+
+/* The dead heap's segment with the most free slices, its pages and all, to
+ * `heap`: its parked pages to heap's full list, its queued pages behind
+ * heap's. The dead heap is held by its servicer (the caller). */
+static bool heap_take_dead_segment(shoal_heap_t *heap, shoal_heap_t *dead) {
+  shoal_segment_t *best = NULL;
+  size_t best_free = 0;
+  for (shoal_segment_t *segment = dead->segments; segment != NULL; segment = segment->next) {
+    size_t free_count = bit_count(segment->free_slices);
+    if (free_count > best_free) best = segment, best_free = free_count;
+  }
+  if (best == NULL) return false;
+  for (size_t slice = 1; slice < SLICES_PER_SEGMENT;) {
+    if (best->free_slices & ((uint64_t)1 << slice)) { /* its descriptor may be stale */
+      slice++;
+      continue;
+    }
+    shoal_page_t *page = segment_page_of(best, (uint8_t *)best + slice * SLICE_SIZE);
+    slice += page->slice_count;
+    if (page->size_class != CLASS_NONE) {
+      if (page->flags & PAGE_FULL) {
+        list_remove(&dead->full, page);
+        atomic_store_explicit(&page->owner, (uintptr_t)heap, memory_order_relaxed);
+        list_push_front(&heap->full, page);
+      } else {
+        queue_remove(dead, page);
+        atomic_store_explicit(&page->owner, (uintptr_t)heap, memory_order_relaxed);
+        heap_queue_push_back(heap, page);
+      }
+    }
+  }
+  segment_move(dead, heap, best);
+  return true;
+}
+
+/* This heap needs a segment it does not have: before one is mapped, a dead
+ * thread's heap that nobody adopted yet gives it one of its segments, with
+ * the pages in it. A thread that runs on while others exit so reuses their
+ * memory instead of holding its own beside it, and the rest stays warm for
+ * the thread that adopts the dead heap. A remote free that read a moved
+ * page's old owner notifies the dead heap, whose drain forwards it. */
+static void heap_reuse_dead_memory(shoal_heap_t *heap) {
+  shoal_heap_t *dead = arena_abandoned_to_service();
+  if (dead == NULL) return;
+  heap_drain(dead, true); /* its notified pages are in its lists after this */
+  heap_take_dead_segment(heap, dead);
+  atomic_store_explicit(&dead->state, HEAP_ABANDONED, memory_order_seq_cst);
+  if (atomic_load_explicit(&dead->notified, memory_order_seq_cst) != NULL)
+    heap_service_abandoned(dead);
+}
+
 /* ---- finding a page with a free block ---- */
 
 /* No purge check here: a heap taking fresh pages is about to reuse what it
  * freed, the worst moment to give that memory back. */
 static shoal_page_t *heap_fresh_page(shoal_heap_t *heap, uint8_t size_class) {
+  if (heap->segments == NULL) heap_reuse_dead_memory(heap);
   shoal_page_t *page = segment_page_alloc(heap, class_slices[size_class]);
   if (page == NULL) return NULL;
   page_init(page, heap, class_block_size[size_class], size_class, page->is_zero);
@@ -339,6 +419,7 @@ void *heap_malloc_large(shoal_heap_t *heap, size_t size, size_t alignment) {
   heap_drain_notified(heap);
   heap_maybe_purge(heap);
   size_t slices = (size + extra + SLICE_SIZE - 1) / SLICE_SIZE;
+  if (heap->segments == NULL) heap_reuse_dead_memory(heap);
   shoal_page_t *page = segment_page_alloc(heap, slices);
   if (page == NULL) return out_of_memory();
   uint8_t *block = page->start;
@@ -366,6 +447,8 @@ void *heap_malloc_slow(shoal_heap_t *heap, size_t size) {
   }
   counter_add(&heap->counters.slow_paths, 1);
   if (heap->outbox_occupied != 0) heap_outbox_flush(heap); /* a quiet moment to send them */
+  if (unlikely(atomic_load_explicit(&abandoned_purge_at_ms, memory_order_relaxed) != 0))
+    heap_maybe_purge(heap);
   if (size <= MEDIUM_MAX) return heap_malloc_medium(heap, size);
   if (size > PTRDIFF_MAX) return out_of_memory();
   return heap_malloc_large(heap, size, 0);
@@ -451,9 +534,11 @@ void heap_abandon(shoal_heap_t *heap) {
     }
     heap_direct_update(heap, (uint8_t)size_class);
   }
-  /* Keep a little warm for the thread that adopts this heap next; what is
-   * left pending is purged by whoever services the heap after the delay. */
-  if (heap->purge_pending_bytes > ABANDONED_KEEP_BYTES) segment_purge_heap(heap);
+  /* Warm for the thread that adopts this heap next, up to the purge limit
+   * (beyond it, lazily purged now), until its purge is due. */
+  if (heap->purge_pending_bytes > (size_t)option(SHOAL_OPTION_PURGE_LIMIT))
+    segment_purge_heap_lazy(heap);
+  if (heap->purge_at_ms != 0) abandoned_purge_note(heap->purge_at_ms);
   atomic_store_explicit(&heap->state, HEAP_ABANDONED, memory_order_seq_cst);
   arena_heap_abandoned(heap);
   if (atomic_load_explicit(&heap->notified, memory_order_seq_cst) != NULL)
@@ -469,11 +554,8 @@ void heap_service_abandoned(shoal_heap_t *heap) {
                                                  memory_order_seq_cst, memory_order_relaxed))
       return; /* adopted, or someone else is servicing it */
     heap_drain(heap, true);
-    /* Nobody else will purge for a dead thread: do it here, in batches. */
-    if (heap->purge_pending_bytes > ABANDONED_KEEP_BYTES)
-      segment_purge_heap(heap);
-    else
-      heap_maybe_purge(heap);
+    heap_maybe_purge(heap);
+    if (heap->purge_at_ms != 0) abandoned_purge_note(heap->purge_at_ms);
     atomic_store_explicit(&heap->state, HEAP_ABANDONED, memory_order_seq_cst);
     if (atomic_load_explicit(&heap->notified, memory_order_seq_cst) == NULL) return;
   }

@@ -360,6 +360,7 @@ void segment_page_free(struct shoal_heap_s *heap, shoal_page_t *page);
 bool segment_page_grow(struct shoal_heap_s *heap, shoal_page_t *page, size_t slices);
 void segment_map_set(shoal_segment_t *segment, size_t size, uint8_t head);
 void segment_purge_heap(struct shoal_heap_s *heap);
+void segment_move(struct shoal_heap_s *from, struct shoal_heap_s *to, shoal_segment_t *segment);
 void segment_purge_heap_lazy(struct shoal_heap_s *heap);
 
 /* The block size of a large page whose block must reach `bytes` past its
@@ -386,6 +387,9 @@ bool page_unpark(shoal_page_t *page);    /* disarm; false: a notification is on 
  * is gone and it needs a service (heap_service_abandoned), else NULL. */
 struct shoal_heap_s *page_push_remote(shoal_page_t *page, shoal_block_t *head, shoal_block_t *tail,
                                       uint32_t count);
+/* Queue a parked page that got remote frees on `heap`'s notify stack; the
+ * heap when its thread is gone and it needs a service, else NULL. */
+struct shoal_heap_s *page_notify(shoal_page_t *page, struct shoal_heap_s *heap);
 /* p is at a block boundary of the page, handed out or not (any thread). */
 static inline bool page_is_block_start(const shoal_page_t *page, const void *p) {
   uint32_t offset = (uint32_t)((const uint8_t *)p - page->shared_start);
@@ -410,6 +414,7 @@ static inline shoal_heap_t *thread_heap_own(void) {
   return thread_heap_parked != NULL ? thread_heap_parked : thread_heap;
 }
 extern pthread_key_t heap_exit_key; /* created at start-up: its destructor is heap_thread_exit */
+extern _Atomic(int64_t) abandoned_purge_at_ms; /* a dead thread's heap is due for purge then */
 /* The calling thread's heap, new or adopted; process_init must have run. */
 shoal_heap_t *heap_get_or_create(void);
 /* The heap a free should count in: this thread's, made now if it has none
@@ -453,6 +458,9 @@ shoal_segment_t *arena_segment_acquire(void);
 void arena_segment_release(shoal_segment_t *segment);
 shoal_heap_t *arena_heap_new_or_adopt(bool *adopted);
 void arena_heap_abandoned(shoal_heap_t *heap);
+/* A dead thread's heap, now HEAP_SERVICING for the caller, who sets it
+ * HEAP_ABANDONED again (it stays adoptable); NULL when there is none. */
+shoal_heap_t *arena_abandoned_to_service(void);
 void arena_for_each_heap(void (*visit)(shoal_heap_t *heap, void *context), void *context);
 void arena_register_for_fork(void);
 void arena_fork_child(shoal_heap_t *survivor);

@@ -131,7 +131,11 @@ shoal_heap_t *page_push_remote(shoal_page_t *page, shoal_block_t *head, shoal_bl
  * unmapped, so reaching it is safe even if its thread is gone; then the
  * caller services it, a layer up. */
 static shoal_heap_t *page_notify_owner(shoal_page_t *page) {
-  shoal_heap_t *heap = (shoal_heap_t *)atomic_load_explicit(&page->owner, memory_order_relaxed);
+  return page_notify(page,
+                     (shoal_heap_t *)atomic_load_explicit(&page->owner, memory_order_relaxed));
+}
+
+shoal_heap_t *page_notify(shoal_page_t *page, shoal_heap_t *heap) {
   shoal_page_t *head = atomic_load_explicit(&heap->notified, memory_order_relaxed);
   do {
     page->next_notified = head;

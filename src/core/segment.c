@@ -153,6 +153,20 @@ static void segment_purge(shoal_segment_t *segment, bool lazy) {
   }
 }
 
+/* A segment of a dead thread's heap goes to a live heap (heap.c's
+ * heap_take_dead_segment, which moves its pages): its place in the list of
+ * segments with free slices and its slices pending purge go with it. */
+void segment_move(shoal_heap_t *from, shoal_heap_t *to, shoal_segment_t *segment) {
+  size_t pending = pending_bytes(segment, SLICES_ALL & ~SLICE_HEADER_BITS);
+  from->purge_pending_bytes -= pending;
+  to->purge_pending_bytes += pending;
+  if (segment->free_slices != 0) {
+    heap_segment_unlink(from, segment);
+    heap_segment_link(to, segment);
+  }
+  segment->heap = to;
+}
+
 /* A collect or a thread exit: give every free slice back for good. */
 void segment_purge_heap(shoal_heap_t *heap) {
   for (shoal_segment_t *segment = heap->segments; segment != NULL; segment = segment->next)

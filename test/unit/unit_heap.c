@@ -2,8 +2,9 @@
  * at its own addresses, parks when full, is notified by a remote free, and
  * returns to its segment when empty; another thread's frees go home a chain
  * at a time, counted; a dead thread's heap is serviced by a remote free and
- * adopted by the next thread; a heap that takes a cached segment counts its
- * touched slices as its own to purge. */
+ * adopted by the next thread, or gives a segment at a time to a live one
+ * that needs memory; a heap that takes a cached segment counts its touched
+ * slices as its own to purge. */
 #include "../testhelper.h"
 #include "core/internal.h"
 
@@ -90,6 +91,76 @@ static void test_outbox(void) {
   shoal_collect(true);
 }
 
+/* ---- a live thread reuses a dead thread's segments ---- */
+
+enum { DEAD_BLOCKS = 3000, DEAD_KEPT_EVERY = 500, DEAD_SIZE = 4096 };
+static void *dead_blocks[DEAD_BLOCKS];
+static shoal_segment_t *dead_segments[8];
+static size_t dead_segment_count;
+static pthread_barrier_t reuse_barrier;
+
+/* Fills a few segments, frees all but a few blocks (every segment keeps
+ * something live, so none goes back to the arena), and exits. */
+static void *fill_and_die(void *arg) {
+  (void)arg;
+  for (size_t i = 0; i < DEAD_BLOCKS; i++) {
+    dead_blocks[i] = shoal_malloc(DEAD_SIZE);
+    shoal_segment_t *segment = segment_of(dead_blocks[i]);
+    bool known = false;
+    for (size_t k = 0; k < dead_segment_count; k++) known |= dead_segments[k] == segment;
+    if (!known && dead_segment_count < 8) dead_segments[dead_segment_count++] = segment;
+  }
+  for (size_t i = 0; i < DEAD_BLOCKS; i++)
+    if (i % DEAD_KEPT_EVERY != 0) shoal_free(dead_blocks[i]);
+  return NULL;
+}
+
+static void *live_on(void *arg) {
+  (void)arg;
+  void *first = shoal_malloc(DEAD_SIZE); /* a heap of its own before the other thread dies */
+  pthread_barrier_wait(&reuse_barrier);
+  pthread_barrier_wait(&reuse_barrier); /* it has exited */
+  static void *mine[DEAD_BLOCKS];
+  size_t count = 0;
+  bool reused = false;
+  while (count < DEAD_BLOCKS && !reused) {
+    mine[count] = shoal_malloc(DEAD_SIZE);
+    memset(mine[count], 7, DEAD_SIZE);
+    shoal_segment_t *segment = segment_of(mine[count++]);
+    for (size_t k = 0; k < dead_segment_count; k++) reused |= dead_segments[k] == segment;
+  }
+  /* Its next segment was the dead thread's, now this heap's, with the
+   * dead thread's live blocks in it. */
+  CHECK(reused);
+  CHECK(segment_of(mine[count - 1])->heap == thread_heap);
+  for (size_t i = 0; i < count; i++) shoal_free(mine[i]);
+  shoal_free(first);
+  return NULL;
+}
+
+static void test_dead_segment_reuse(void) {
+  CHECK(pthread_barrier_init(&reuse_barrier, NULL, 2) == 0);
+  pthread_t live, dying;
+  CHECK(pthread_create(&live, NULL, live_on, NULL) == 0);
+  pthread_barrier_wait(&reuse_barrier);
+  CHECK(pthread_create(&dying, NULL, fill_and_die, NULL) == 0);
+  pthread_join(dying, NULL);
+  CHECK(dead_segment_count >= 2);
+  pthread_barrier_wait(&reuse_barrier);
+  pthread_join(live, NULL);
+  /* The dead thread's survivors, some now in the live thread's (also dead)
+   * heap's segment: freed, counted, their pages emptied. */
+  shoal_stats_t before;
+  shoal_stats_get(&before);
+  size_t kept = 0;
+  for (size_t i = 0; i < DEAD_BLOCKS; i += DEAD_KEPT_EVERY, kept++) shoal_free(dead_blocks[i]);
+  shoal_collect(true);
+  shoal_stats_t after;
+  shoal_stats_get(&after);
+  CHECK(after.live_blocks + kept == before.live_blocks);
+  pthread_barrier_destroy(&reuse_barrier);
+}
+
 /* ---- a cached segment's touched slices become the next heap's to purge ---- */
 
 static void *fill_and_free_a_segment(void *arg) {
@@ -126,6 +197,7 @@ static void test_cached_segment_pending(void) {
 int main(void) {
   test_outbox();
   test_cached_segment_pending();
+  test_dead_segment_reuse();
   /* A page: blocks are consecutive in one page until it is full. */
   void *first = shoal_malloc(48);
   shoal_segment_t *segment = segment_of(first);
