@@ -106,7 +106,7 @@ SHOAL_API void shoal_collect(bool force);
   X(freed, COUNT, "blocks freed, cumulative")                                                      \
   X(live, COUNT, "allocated - freed")
 
-#define SHOAL_STATS_SIZE_CLASSES 56 /* 16 B to 8 KiB; beyond, large and huge blocks */
+#define SHOAL_STATS_SIZE_CLASSES 72 /* 16 B to 32 KiB; beyond, large and huge blocks */
 
 #define SHOAL_STATS_MEMBER_(name, kind, description) size_t name;
 typedef struct shoal_class_stats_s {

@@ -78,7 +78,7 @@ type
     FreedBlocks: PtrUInt;           { blocks freed, cumulative }
     OutsizedLiveBytes: PtrUInt;     { of LiveBytes, in large and huge blocks }
     CountersEnabled: PtrUInt;       { 0: built with SHOAL_STATISTICS=OFF, counted figures read 0 }
-    Classes: array[0..55] of TShoalClassStats; { SHOAL_STATS_SIZE_CLASSES, smallest first }
+    Classes: array[0..71] of TShoalClassStats; { SHOAL_STATS_SIZE_CLASSES, smallest first }
     Large: TShoalClassStats;        { over 8 KiB up to 2 MiB }
     Huge: TShoalClassStats;         { over 2 MiB }
   end;

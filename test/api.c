@@ -470,7 +470,7 @@ static void test_page_allocations(const api_t *api) {
  * copy moves only what may have been written, and realloc grows them in
  * place while the slices have room. */
 static void test_large_blocks_grow_in_place(void) {
-  size_t sizes[] = {8 * KIB + 1, 9000, 20 * KIB, 64 * KIB - 100, 100 * KIB, MIB};
+  size_t sizes[] = {32 * KIB + 1, 40000, 64 * KIB - 100, 100 * KIB, MIB};
   for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
     size_t size = sizes[i];
     uint8_t *block = shoal_malloc(opaque_size(size));

@@ -64,11 +64,13 @@ table_figures=$(echo "$err" | awk '/^  size class/ { exit } NR > 1 { print $1 }'
 run json
 check '[ $status = 0 ]' "the program failed under SHOAL_STATS=json: $err"
 echo "$err" >"$tmp/json"
-python3 - "$tmp/json" "$block_size" "$table_figures" "$enabled" $small $large $huge <<'PYTHON' || fail=1
+class_count=$(sed -n 's/^#define SHOAL_STATS_SIZE_CLASSES \([0-9]*\).*/\1/p' "$(dirname "$0")/../include/shoal.h")
+python3 - "$tmp/json" "$block_size" "$table_figures" "$enabled" $small $large $huge "$class_count" <<'PYTHON' || fail=1
 import json, sys
 path, block_size, table_figures = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
 counts_kept_blocks = sys.argv[4] == "1"
 small, large, huge = (int(n) for n in sys.argv[5:8])
+class_count = int(sys.argv[8])
 try:
     stats = json.load(open(path))
 except ValueError as error:
@@ -79,8 +81,8 @@ missing = [name for name in table_figures if name not in stats]
 if missing or not table_figures:
     problems.append(f"figures of the table missing from the JSON: {missing or 'all'}")
 rows = stats["classes"] + [stats["large"], stats["huge"]]
-if len(stats["classes"]) != 56:
-    problems.append(f"{len(stats['classes'])} classes, expected 56")
+if len(stats["classes"]) != class_count:
+    problems.append(f"{len(stats['classes'])} classes, expected {class_count} (SHOAL_STATS_SIZE_CLASSES)")
 for row in rows:
     if row["allocated"] - row["freed"] != row["live"]:
         problems.append(f"allocated - freed != live in {row}")

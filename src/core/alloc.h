@@ -84,7 +84,8 @@ fast_path void free_fast_then(void *p, size_t size_hint, caller_t caller,
   shoal_segment_t *segment = segment_of(p);
   shoal_page_t *page = segment_page_of(segment, p);
   shoal_heap_t *heap = thread_heap;
-  if (unlikely(segment->heap != heap)) return not_local(page, p, size_hint, caller);
+  if (unlikely(atomic_load_explicit(&segment->heap, memory_order_relaxed) != heap))
+    return not_local(page, p, size_hint, caller);
   shoal_block_t *block = p;
   uintptr_t key = heap->free_key; /* once: the stores below could alias it */
   /* A parked or unused page has no free_limit: the block test sends it on. */

@@ -57,7 +57,7 @@ shoal_segment_t *segment_find(const void *p) {
 }
 
 static void segment_reset_header(shoal_segment_t *segment) {
-  segment->heap = NULL;
+  atomic_store_explicit(&segment->heap, NULL, memory_order_relaxed);
   segment->next = segment->prev = NULL;
   segment->free_slices = SLICES_ALL & ~SLICE_HEADER_BITS;
   segment->lazy_slices = 0;

@@ -59,25 +59,26 @@ typedef const void *caller_t;
 #define SLICES_ALL         (~(uint64_t)0)
 #define SLICE_HEADER_BITS  ((uint64_t)1) /* slice 0: the segment header */
 
-#define WORD_SIZE            8
-#define MIN_BLOCK_SIZE       16   /* room for the link and the key */
-#define DIRECT_MAX           1024 /* sizes served by heap->direct_page */
-#define DIRECT_SLOTS         (DIRECT_MAX / WORD_SIZE + 1)
-#define MEDIUM_MAX           (8 * 1024)         /* largest size class */
-#define LARGE_MAX            (SEGMENT_SIZE / 2) /* larger: a huge segment of its own */
-#define PAGE_TARGET_BLOCKS   8                  /* a medium page spans >= this many blocks */
-#define EXTEND_BYTES         4096               /* carve fresh blocks an OS page at a time */
-#define HUGE_BLOCK_OFFSET    SLICE_SIZE         /* block of a huge segment starts here */
-#define REMOTE_CACHE_CLASSES 32                 /* the classes up to DIRECT_MAX */
-#define REMOTE_CACHE_BYTES   (32 * 1024)        /* per class, of other threads' blocks kept */
-#define OUTBOX_SLOTS         64                 /* pages other threads own, gathered at once */
-#define OUTBOX_BYTES         (4 * 1024)         /* a page's gathered blocks go home at this */
-#define ADDRESS_BITS         47
-#define SEGMENT_MAP_ENTRIES  ((size_t)1 << (ADDRESS_BITS - SEGMENT_SHIFT))
+#define WORD_SIZE              8
+#define MIN_BLOCK_SIZE         16   /* room for the link and the key */
+#define DIRECT_MAX             1024 /* sizes served by heap->direct_page */
+#define DIRECT_SLOTS           (DIRECT_MAX / WORD_SIZE + 1)
+#define MEDIUM_MAX             (32 * 1024)        /* largest size class */
+#define LARGE_MAX              (SEGMENT_SIZE / 2) /* larger: a huge segment of its own */
+#define PAGE_TARGET_BLOCKS     8           /* a page of blocks up to 8 KiB holds >= this many */
+#define BIG_PAGE_TARGET_BLOCKS 4           /* and of blocks above 8 KiB */
+#define EXTEND_BYTES           4096        /* carve fresh blocks an OS page at a time */
+#define HUGE_BLOCK_OFFSET      SLICE_SIZE  /* block of a huge segment starts here */
+#define REMOTE_CACHE_CLASSES   32          /* the classes up to DIRECT_MAX */
+#define REMOTE_CACHE_BYTES     (32 * 1024) /* per class, of other threads' blocks kept */
+#define OUTBOX_SLOTS           64          /* pages other threads own, gathered at once */
+#define OUTBOX_BYTES           (4 * 1024)  /* a page's gathered blocks go home at this */
+#define ADDRESS_BITS           47
+#define SEGMENT_MAP_ENTRIES    ((size_t)1 << (ADDRESS_BITS - SEGMENT_SHIFT))
 
 /* Size classes: 16..128 in steps of 16, then 8 classes per doubling up to
  * MEDIUM_MAX; every block 16-byte aligned (size_class.c says why). */
-#define CLASS_COUNT   56
+#define CLASS_COUNT   72
 #define CLASS_LARGE   CLASS_COUNT       /* single-block page of slices */
 #define CLASS_HUGE    (CLASS_COUNT + 1) /* the page of a huge segment */
 #define CLASS_NONE    (CLASS_COUNT + 2) /* descriptor of a free slice or a header */
@@ -197,7 +198,10 @@ static inline void page_mark_unparked(shoal_page_t *page) {
 typedef enum segment_kind_e { SEGMENT_NORMAL = 1, SEGMENT_HUGE = 2 } segment_kind_t;
 
 typedef struct shoal_segment_s {
-  struct shoal_heap_s *heap;           /* (owner) owning heap */
+  /* (owner, read by all) The owning heap: every free compares it with its
+   * own. It changes while blocks live only when a live heap takes the
+   * segment of a dead one (segment_move); a relaxed load is a plain load. */
+  _Atomic(struct shoal_heap_s *) heap;
   struct shoal_segment_s *next, *prev; /* (owner) heap's list, or arena cache */
   uint64_t free_slices;                /* (owner) 1 = slice not in any page */
   uint64_t dirty_slices;               /* (owner) 1 = slice touched since its last purge */
@@ -252,6 +256,10 @@ typedef struct shoal_heap_s {
   shoal_segment_t *segments;               /* (owner) its segments that have a free slice (full ones
                                               aren't listed: a page allocation walks only what may serve) */
   heap_counters_t counters;
+  /* (owner) Pages taken from and given back to segments: their difference,
+   * summed over the heaps, is the process's page count (a page may be given
+   * back by another heap than took it). Kept with or without statistics. */
+  _Atomic(size_t) pages_taken, pages_given;
   /* (owner) Other threads' blocks this thread freed, kept to serve its own
    * next allocations of the class, as a pseudo page the fast path pops like
    * any other (reserved counts pushes, used pops). */
@@ -493,6 +501,12 @@ void report_bad_pointer(const char *function, const void *p, const char *kind);
 #define SHOAL_STATISTICS 1
 #endif
 
+/* A count only its owner writes, read by any thread: no locked add. */
+static inline void owner_count_add(_Atomic(size_t) *counter, size_t amount) {
+  atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + amount,
+                        memory_order_relaxed);
+}
+
 /* Only the heap's own thread adds, so a relaxed load and store suffice
  * (no locked instruction); the atomic type lets other threads read it. */
 static inline void counter_add(_Atomic(size_t) *counter, size_t amount) {
@@ -547,7 +561,6 @@ static inline void *page_pop(shoal_heap_t *heap, shoal_page_t *page) {
   return block;
 }
 extern _Atomic(size_t) stat_segments;    /* arena.c */
-extern _Atomic(size_t) stat_pages;       /* segment.c */
 extern _Atomic(size_t) stat_huge_blocks; /* large.c */
 extern heap_counters_t orphan_counters;  /* alloc.c: frees by threads without a heap */
 /* The figures of shoal_stats_get; the heaps' counters summed. */

@@ -39,7 +39,7 @@ static size_t round_to_os_page(size_t size) {
 }
 
 static void huge_set_header(shoal_segment_t *segment, size_t mapped, size_t offset) {
-  segment->heap = NULL;
+  atomic_store_explicit(&segment->heap, NULL, memory_order_relaxed);
   segment->next = segment->prev = NULL;
   segment->size = mapped;
   segment->kind = SEGMENT_HUGE;

@@ -20,8 +20,6 @@ _Static_assert(offsetof(shoal_page_t, free) == 64 && offsetof(shoal_page_t, xthr
                "read-mostly, owner and remote fields each on a line of their own");
 _Static_assert(sizeof(shoal_segment_t) <= SLICE_SIZE, "the header fits in slice 0");
 
-_Atomic(size_t) stat_pages;
-
 static inline uint64_t slice_mask(size_t first, size_t count) {
   return (count >= 64 ? SLICES_ALL : (((uint64_t)1 << count) - 1)) << first;
 }
@@ -80,7 +78,7 @@ shoal_page_t *segment_page_alloc(shoal_heap_t *heap, size_t slices) {
   if (segment == NULL) {
     segment = arena_segment_acquire();
     if (segment == NULL) return NULL;
-    segment->heap = heap;
+    atomic_store_explicit(&segment->heap, heap, memory_order_relaxed);
     heap_segment_link(heap, segment);
     /* A cached segment comes with slices its last heap touched: free and
      * resident, they are this heap's to purge now (taking one subtracts). */
@@ -105,7 +103,7 @@ shoal_page_t *segment_page_alloc(shoal_heap_t *heap, size_t slices) {
   page->size_class = CLASS_NONE;
   page->flags = PAGE_UNUSED; /* until page_init */
   page_publish_shape(page);
-  atomic_fetch_add_explicit(&stat_pages, 1, memory_order_relaxed);
+  owner_count_add(&heap->pages_taken, 1);
   return page;
 }
 
@@ -164,7 +162,7 @@ void segment_move(shoal_heap_t *from, shoal_heap_t *to, shoal_segment_t *segment
     heap_segment_unlink(from, segment);
     heap_segment_link(to, segment);
   }
-  segment->heap = to;
+  atomic_store_explicit(&segment->heap, to, memory_order_relaxed);
 }
 
 /* A collect or a thread exit: give every free slice back for good. */
@@ -208,7 +206,7 @@ void segment_page_free(shoal_heap_t *heap, shoal_page_t *page) {
   page->used = page->used_at_fold = 0;
   bool was_full = segment->free_slices == 0; /* then out of the heap's list */
   segment->free_slices |= mask;
-  atomic_fetch_sub_explicit(&stat_pages, 1, memory_order_relaxed);
+  owner_count_add(&heap->pages_given, 1);
 
   if (segment->free_slices == (SLICES_ALL & ~SLICE_HEADER_BITS)) {
     heap->purge_pending_bytes -= pending_bytes(segment, SLICES_ALL & ~mask);

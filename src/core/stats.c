@@ -44,6 +44,16 @@ static void sums_add_heap(shoal_heap_t *heap, void *sums) {
   sums_add(sums, &heap->counters);
 }
 
+typedef struct page_sums_s {
+  size_t taken, given;
+} page_sums_t;
+
+static void page_sums_add(shoal_heap_t *heap, void *context) {
+  page_sums_t *sums = context;
+  sums->taken += atomic_load_explicit(&heap->pages_taken, memory_order_relaxed);
+  sums->given += atomic_load_explicit(&heap->pages_given, memory_order_relaxed);
+}
+
 /* A snapshot taken while threads run may see a free before the allocation
  * it undoes (they were counted in different heaps): live is then 0, not a
  * wrapped-around huge number. */
@@ -105,7 +115,9 @@ void stats_fill(shoal_stats_t *stats) {
   stats->os_committed_bytes = os_committed_bytes();
   stats->os_peak_committed_bytes = os_peak_committed_bytes();
   stats->segments = atomic_load_explicit(&stat_segments, memory_order_relaxed);
-  stats->pages = atomic_load_explicit(&stat_pages, memory_order_relaxed);
+  page_sums_t pages = {0, 0};
+  arena_for_each_heap(page_sums_add, &pages);
+  stats->pages = difference_or_zero(pages.taken, pages.given);
   stats->huge_blocks = atomic_load_explicit(&stat_huge_blocks, memory_order_relaxed);
   stats->heaps = arena_heap_count(&stats->heaps_abandoned);
   stats->purges = os_purge_count();

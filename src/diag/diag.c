@@ -283,7 +283,8 @@ void *diag_malloc(size_t size, size_t alignment, caller_t caller) {
 static bool owned_elsewhere(const void *p) {
   if (!segment_map_is_head(p)) return false;
   shoal_segment_t *segment = segment_of(p);
-  return segment->kind == SEGMENT_NORMAL && segment->heap != thread_heap;
+  return segment->kind == SEGMENT_NORMAL &&
+         atomic_load_explicit(&segment->heap, memory_order_relaxed) != thread_heap;
 }
 
 static void diag_release(void *p, size_t size_hint, const char *function, caller_t caller) {

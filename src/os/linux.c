@@ -38,6 +38,7 @@ static void account_unmap(size_t size) {
 /* Committed bytes are noted by the layers above, which know what they
  * touched (a segment's dirty slices, a huge block's mapping) and purged. */
 void os_commit_note(ptrdiff_t bytes) {
+  if (bytes == 0) return; /* a reused slice: no store to a line every thread writes */
   size_t now = atomic_fetch_add_explicit(&committed_bytes, (size_t)bytes, memory_order_relaxed) +
                (size_t)bytes;
   size_t peak = atomic_load_explicit(&peak_committed_bytes, memory_order_relaxed);

@@ -29,8 +29,12 @@ int main(void) {
                 alignment);
   for (int c = 0; c < CLASS_COUNT; c++) {
     size_t page_bytes = class_slices[c] * SLICE_SIZE;
-    CHECK(page_bytes / class_block_size[c] >= 1);
-    CHECK(class_block_size[c] <= 8192 || page_bytes / class_block_size[c] >= PAGE_TARGET_BLOCKS);
+    /* Enough blocks to a page, in the fewest slices that hold them. */
+    size_t target = class_block_size[c] <= 8192 ? PAGE_TARGET_BLOCKS : BIG_PAGE_TARGET_BLOCKS;
+    CHECK_CTX(page_bytes / class_block_size[c] >= target, "class %d", c);
+    CHECK_CTX(class_slices[c] == 1 || (page_bytes - SLICE_SIZE) / class_block_size[c] < target,
+              "class %d: a slice fewer would do", c);
+    CHECK(page_bytes / class_block_size[c] < 65536); /* the remote list's 16-bit count */
   }
   printf("size classes: %d classes, all checks hold\n", CLASS_COUNT);
   return 0;
