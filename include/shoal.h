@@ -107,6 +107,7 @@ SHOAL_API void shoal_collect(bool force);
   X(live, COUNT, "allocated - freed")
 
 #define SHOAL_STATS_SIZE_CLASSES 72 /* 16 B to 32 KiB; beyond, large and huge blocks */
+#define SHOAL_LARGE_MAX          ((size_t)4032 * 1024) /* larger blocks are the huge row */
 
 #define SHOAL_STATS_MEMBER_(name, kind, description) size_t name;
 typedef struct shoal_class_stats_s {

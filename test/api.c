@@ -465,7 +465,7 @@ static void test_page_allocations(const api_t *api) {
  * for, of plain and of aligned blocks: it must free exactly that block
  * (the live figures checked at the end would show a leak, a wrong block
  * would break the ring's patterns or be reported as a bad free). */
-/* Large blocks (beyond the size classes, up to 2 MiB) are pages of 64 KiB
+/* Large blocks (beyond the size classes, up to SHOAL_LARGE_MAX) are pages of 64 KiB
  * slices whose usable size is the request rounded to an OS page, so that a
  * copy moves only what may have been written, and realloc grows them in
  * place while the slices have room. */

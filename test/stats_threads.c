@@ -28,7 +28,7 @@ typedef struct size_plan_s {
 } size_plan_t;
 
 static const size_plan_t plans[] = {
-    {48, 2000}, {200, 1000}, {3000, 300}, {7000, 60}, {200000, 6}, {3 << 20, 1},
+    {48, 2000}, {200, 1000}, {3000, 300}, {20000, 60}, {200000, 6}, {6 << 20, 1},
 };
 #define PLAN_COUNT (sizeof plans / sizeof plans[0])
 
@@ -69,7 +69,7 @@ static void *worker_run(void *argument) {
 
 /* The row that holds blocks of `size`: a size class, or large, or huge. */
 static const shoal_class_stats_t *row_of(const shoal_stats_t *stats, size_t size) {
-  if (size > (size_t)2 << 20) return &stats->huge;
+  if (size > SHOAL_LARGE_MAX) return &stats->huge;
   if (size > stats->classes[SHOAL_STATS_SIZE_CLASSES - 1].block_size) return &stats->large;
   for (int c = 0; c < SHOAL_STATS_SIZE_CLASSES; c++)
     if (stats->classes[c].block_size >= size) return &stats->classes[c];
@@ -167,7 +167,7 @@ int main(void) {
     CHECK_CTX(now->freed - before->freed >= expected, "size %zu", plans[plan].size);
     CHECK_CTX(now->live == before->live, "size %zu: %zu live, %zu before", plans[plan].size,
               now->live, before->live);
-    if (plans[plan].size <= (size_t)2 << 20) handed += expected; /* huge frees are not remote */
+    if (plans[plan].size <= SHOAL_LARGE_MAX) handed += expected; /* huge frees are not remote */
   }
   CHECK_CTX(after.remote_frees - baseline.remote_frees >= handed, "%zu remote frees, %zu handed",
             after.remote_frees - baseline.remote_frees, handed);

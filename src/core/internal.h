@@ -63,8 +63,8 @@ typedef const void *caller_t;
 #define MIN_BLOCK_SIZE         16   /* room for the link and the key */
 #define DIRECT_MAX             1024 /* sizes served by heap->direct_page */
 #define DIRECT_SLOTS           (DIRECT_MAX / WORD_SIZE + 1)
-#define MEDIUM_MAX             (32 * 1024)        /* largest size class */
-#define LARGE_MAX              (SEGMENT_SIZE / 2) /* larger: a huge segment of its own */
+#define MEDIUM_MAX             (32 * 1024)                 /* largest size class */
+#define LARGE_MAX              (SEGMENT_SIZE - SLICE_SIZE) /* 63 slices; larger: a huge segment */
 #define PAGE_TARGET_BLOCKS     8           /* a page of blocks up to 8 KiB holds >= this many */
 #define BIG_PAGE_TARGET_BLOCKS 4           /* and of blocks above 8 KiB */
 #define EXTEND_BYTES           4096        /* carve fresh blocks an OS page at a time */

@@ -40,9 +40,10 @@ static const option_descriptor_t descriptors[SHOAL_OPTION_COUNT] = {
     [SHOAL_OPTION_CHECK_QUARANTINE] = {"CHECK_QUARANTINE", 16L << 20, OPTION_BYTES,
                                        "with SHOAL_CHECK=1, bytes of freed blocks kept unusable "
                                        "to catch late writes and double frees"},
-    [SHOAL_OPTION_HUGE_PAGES] = {"HUGE_PAGES", 1, OPTION_BOOL,
-                                 "back blocks over 2 MiB that malloc or realloc hands out with "
-                                 "transparent huge pages where the system allows them"},
+    [SHOAL_OPTION_HUGE_PAGES] =
+        {"HUGE_PAGES", 1, OPTION_BOOL,
+         "back huge blocks (over 4032 KiB) that malloc or realloc hands out with "
+         "transparent huge pages where the system allows them"},
 };
 
 _Atomic(long) option_values[SHOAL_OPTION_COUNT];

@@ -12,6 +12,7 @@
 
 _Static_assert(SHOAL_STATS_SIZE_CLASSES == CLASS_COUNT,
                "shoal.h's SHOAL_STATS_SIZE_CLASSES must follow CLASS_COUNT");
+_Static_assert(SHOAL_LARGE_MAX == LARGE_MAX, "shoal.h's SHOAL_LARGE_MAX must follow LARGE_MAX");
 
 /* ---- summing ---- */
 
