@@ -208,6 +208,7 @@ typedef struct shoal_segment_s {
   uint64_t lazy_slices; /* (owner) free slices purged lazily (MADV_FREE): reusable at no
                            cost until the kernel wants the memory; still dirty */
   size_t size;          /* bytes mapped (SEGMENT_SIZE, or a huge block's mapping) */
+  size_t huge_advised;  /* a huge block's: bytes asked for transparent huge pages */
   segment_kind_t kind;
   /* slice -> byte offset from the segment of the descriptor of the page
    * holding it (that of its first slice), or of its own when free: free

@@ -74,6 +74,7 @@ static bool huge_resize_mapping(shoal_segment_t **segment, size_t mapped) {
     return false;
   }
   moved->size = mapped;
+  if (moved->huge_advised > mapped) moved->huge_advised = mapped; /* a grown tail is asked anew */
   os_commit_note((ptrdiff_t)mapped - (ptrdiff_t)old_size);
   segment_map_set(moved, mapped, 1);
   *segment = moved;
@@ -130,9 +131,14 @@ void *huge_alloc(size_t size, size_t alignment, bool zero) {
     os_commit_note((ptrdiff_t)mapped);
     fresh = true;
   }
-  /* A cached block that calloc takes is cleared below, all of it written. */
-  if ((!zero || !fresh) && option(SHOAL_OPTION_HUGE_PAGES))
-    os_advise_huge_pages(segment, fresh ? mapped : segment->size);
+  /* A cached block that calloc takes is cleared below, all of it written.
+   * A cached block asked already (madvise was one system call per huge
+   * malloc of largemix's) is not asked again. */
+  size_t advise = fresh ? mapped : segment->size;
+  if ((!zero || !fresh) && option(SHOAL_OPTION_HUGE_PAGES) && segment->huge_advised < advise) {
+    os_advise_huge_pages(segment, advise);
+    segment->huge_advised = advise;
+  }
   huge_set_header(segment, fresh ? mapped : segment->size, offset);
   atomic_fetch_add_explicit(&stat_huge_blocks, 1, memory_order_relaxed);
   uint8_t *block = segment->pages[0].start;
@@ -197,8 +203,10 @@ void *huge_realloc(shoal_segment_t *segment, size_t new_size) {
   if (mapped == old_mapped) return segment->pages[0].start;
   shoal_segment_t *moved = segment;
   if (!huge_resize_mapping(&moved, mapped)) return NULL;
-  if (mapped > old_mapped && option(SHOAL_OPTION_HUGE_PAGES))
+  if (mapped > old_mapped && option(SHOAL_OPTION_HUGE_PAGES)) {
     os_advise_huge_pages(moved, mapped); /* a buffer that grows is written as it grows */
+    moved->huge_advised = mapped;
+  }
   moved->pages[0].start = (uint8_t *)moved + offset;
   page_publish_shape(&moved->pages[0]);
   return moved->pages[0].start;
