@@ -1,11 +1,12 @@
-# Thin front door over CMake. `make`, `make test`, `make bench`, `make install`.
+# Thin front door over CMake. `make`, `make test`, `make bench`, `make install`, `make deb`.
 BUILD   ?= build
 PREFIX  ?= /usr/local
 JOBS    ?= $(shell nproc)
 CMAKE   ?= cmake
 CTEST   ?= ctest
 
-.PHONY: all build test test-release test-clang test-ubsan test-tsan format format-check bench install clean deps
+.PHONY: all build test test-release test-clang test-ubsan test-tsan format format-check bench install clean \
+        deps-test deps-bench deps-deb deps-lazarus deb deb-test lazarus-test
 
 all: build
 
@@ -15,9 +16,15 @@ $(BUILD)/CMakeCache.txt:
 build: $(BUILD)/CMakeCache.txt
 	$(CMAKE) --build $(BUILD) -j $(JOBS)
 
+# What each command needs from Debian, installed first (tools/deps: the one
+# list; as root it runs apt-get, otherwise it prints the sudo line and stops).
+deps-test deps-bench deps-deb deps-lazarus:
+	@tools/deps $(@:deps-%=%)
+
 # Every test: release build with gcc, warnings-as-errors build with clang,
 # the whole suite under UBSan, the multi-threaded tests under TSan, format.
-test: format-check test-release test-clang test-ubsan test-tsan
+test: deps-test
+	@$(MAKE) --no-print-directory format-check test-release test-clang test-ubsan test-tsan
 	@echo "make test: all suites passed"
 
 test-release: build
@@ -47,7 +54,8 @@ format-check:
 
 # The C suite under every allocator, then (when fpc is here and no subset was
 # asked for) the seeds' Pascal experiments under FPC's heap, cmem and ShoalMM.
-bench: build
+bench: deps-bench
+	@$(MAKE) --no-print-directory build
 	python3 bench/run.py $(if $(FULL),--full) $(if $(ONLY),--only $(ONLY)) $(if $(ALLOC),--alloc $(ALLOC)) $(if $(RUNS),--runs $(RUNS))
 	@if [ -z "$(ONLY)$(ALLOC)" ] && command -v fpc >/dev/null; then \
 	  bash pascal/bench/run.sh bench/results/$$(date +%F)-pascal.md $(BUILD); \
@@ -55,6 +63,22 @@ bench: build
 
 install: build
 	$(CMAKE) --install $(BUILD) --prefix $(PREFIX)
+
+# Debian packages (libshoal0, libshoal-dev, shoal) into $(BUILD)/deb, built
+# from a copy of the tree there and checked by lintian (tools/build-deb).
+deb: deps-deb
+	tools/build-deb $(BUILD)/deb
+
+# Those packages installed over an older shoal, used, removed: nothing may be
+# left behind (test/package.sh; root, as it installs packages).
+deb-test: deb
+	test/package.sh $(BUILD)/deb
+
+# The Lazarus package pascal/lazshoalmm.lpk in a project built by lazbuild,
+# which must run with ShoalMM as its memory manager. The package builds
+# build/libshoal.a itself (make build), as it does for a Lazarus user.
+lazarus-test: deps-lazarus
+	pascal/tests/lazarus/run.sh
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-clang $(BUILD)-ubsan $(BUILD)-tsan

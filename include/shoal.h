@@ -117,8 +117,8 @@ typedef struct shoal_class_stats_s {
 typedef struct shoal_stats_s {
   SHOAL_STATS_FIELDS(SHOAL_STATS_MEMBER_)
   shoal_class_stats_t classes[SHOAL_STATS_SIZE_CLASSES]; /* smallest block size first */
-  shoal_class_stats_t large; /* over 8 KiB up to 2 MiB: a page of slices each */
-  shoal_class_stats_t huge;  /* over 2 MiB: a mapping each */
+  shoal_class_stats_t large; /* over 32 KiB up to SHOAL_LARGE_MAX: a page of slices each */
+  shoal_class_stats_t huge;  /* over SHOAL_LARGE_MAX (4032 KiB): a mapping each */
 } shoal_stats_t;
 #undef SHOAL_STATS_MEMBER_
 

@@ -616,7 +616,7 @@ static int run(const char *name, const char *only_phase) {
 
 /* The state and wait channel of each thread of pid, then its children's. */
 static void describe_process(pid_t pid, int depth) {
-  char path[96], text[512];
+  char path[320], text[512]; /* a task name (d_name) may take 255 */
   snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
   DIR *tasks = opendir(path);
   if (tasks == NULL) return;
@@ -659,7 +659,7 @@ static void describe_process(pid_t pid, int depth) {
  * children (a few), from gdb. */
 static void gdb_stacks(pid_t pid, int *budget) {
   if (*budget <= 0) return;
-  char path[96], text[512];
+  char path[320], text[512]; /* a task name (d_name) may take 255 */
   snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
   FILE *file = fopen(path, "r");
   if (file == NULL) return;
