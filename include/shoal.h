@@ -145,6 +145,31 @@ SHOAL_API long shoal_option_get(shoal_option_t option);
 SHOAL_API void shoal_option_set(shoal_option_t option, long value);
 SHOAL_API const char *shoal_option_name(shoal_option_t option);
 
+/* ---- reports ----
+ * Where the diagnostics' reports go: path, "auto" (<program>_shoal_report.txt
+ * beside the executable) or NULL (stderr, the default unless
+ * SHOAL_REPORT_FILE says otherwise). With a file, stderr gets a summary of
+ * each report (its first lines). False, and nothing changed, once a report
+ * has been written or when the path cannot be used. */
+SHOAL_API bool shoal_report_file(const char *path);
+/* on: track every block allocated from now on and report those still
+ * allocated at exit (what SHOAL_LEAKS=all does from the start). Threads
+ * already running when it is called go on untracked: call it before
+ * starting any. off: no leak report at exit (blocks stay tracked). False
+ * when called from inside a block namer (a report is being written). */
+SHOAL_API bool shoal_leak_report_at_exit(bool on);
+/* Name what a leaked block holds ("TStringList", "AnsiString"): the leak
+ * report calls it for each leaked block at exit, block being what malloc
+ * returned and size what was asked for. It writes at most capacity bytes,
+ * NUL-terminated, and returns the name's length, 0 when it cannot tell.
+ * It must read memory the block points to only through shoal_read_memory.
+ * The Pascal unit ShoalMM installs one for objects, strings and arrays. */
+typedef size_t (*shoal_block_namer_t)(const void *block, size_t size, char *name, size_t capacity);
+SHOAL_API void shoal_report_namer(shoal_block_namer_t namer);
+/* Copy size bytes at address into out, if the whole range is readable
+ * memory of this process; false, out unspecified, when it is not. */
+SHOAL_API bool shoal_read_memory(const void *address, void *out, size_t size);
+
 #ifdef __cplusplus
 }
 #endif

@@ -117,6 +117,23 @@ procedure ShoalOptionSet(Option: TShoalOption; Value: PtrInt);
   handed out before). }
 procedure ShoalPreviousManager(out Manager: TMemoryManager);
 
+{ Delphi's and FastMM's switch (FPC's System unit has none): set it to True,
+  first thing in the program, and every block allocated from then on and
+  still allocated at exit is reported, by call stack, by size and by what it
+  holds ("TStringList x 3, AnsiString x 5"), in the report file (below) with
+  its first lines on stderr. Threads started before it are not tracked.
+  False again: no report at exit. SHOAL_LEAKS=all does the same from start. }
+function GetReportMemoryLeaksOnShutdown: Boolean;
+procedure SetReportMemoryLeaksOnShutdown(Value: Boolean);
+property ReportMemoryLeaksOnShutdown: Boolean
+  read GetReportMemoryLeaksOnShutdown write SetReportMemoryLeaksOnShutdown;
+
+{ Where the reports (leaks, contention, checked mode) go: a path, 'auto'
+  (<program>_shoal_report.txt beside the executable: a ShoalMM program's
+  default, unless SHOAL_REPORT_FILE is set) or '' for stderr only. False
+  once a report has been written. }
+function ShoalReportFile(const Path: AnsiString): Boolean;
+
 implementation
 
 {$ifdef SHOAL_SHARED}
@@ -141,6 +158,15 @@ function shoal_check_heap: PtrUInt; cdecl; external name 'shoal_check_heap';
 procedure shoal_stats_get(out stats: TShoalStats); cdecl; external name 'shoal_stats_get';
 function shoal_option_get(option: LongInt): PtrInt; cdecl; external name 'shoal_option_get';
 procedure shoal_option_set(option: LongInt; value: PtrInt); cdecl; external name 'shoal_option_set';
+function shoal_report_file(path: PAnsiChar): Boolean; cdecl; external name 'shoal_report_file';
+function shoal_leak_report_at_exit(on: Boolean): Boolean; cdecl; external name 'shoal_leak_report_at_exit';
+type
+  TShoalBlockNamer = function(block: Pointer; size: PtrUInt; name: PAnsiChar;
+    capacity: PtrUInt): PtrUInt; cdecl;
+procedure shoal_report_namer(namer: TShoalBlockNamer); cdecl; external name 'shoal_report_namer';
+function shoal_read_memory(address: Pointer; out_: Pointer; size: PtrUInt): Boolean; cdecl;
+  external name 'shoal_read_memory';
+function c_getenv(name: PAnsiChar): PAnsiChar; cdecl; external name 'getenv';
 
 var
   PreviousManager: TMemoryManager;
@@ -373,6 +399,155 @@ begin
   Manager := PreviousManager;
 end;
 
+{ ---- reports ---- }
+
+var
+  LeakReportWanted: Boolean = False;
+
+function GetReportMemoryLeaksOnShutdown: Boolean;
+begin
+  Result := LeakReportWanted;
+end;
+
+procedure SetReportMemoryLeaksOnShutdown(Value: Boolean);
+begin
+  if Installed and shoal_leak_report_at_exit(Value) then
+    LeakReportWanted := Value;
+end;
+
+function ShoalReportFile(const Path: AnsiString): Boolean;
+begin
+  if Path = '' then
+    Result := shoal_report_file(nil)
+  else
+    Result := shoal_report_file(PAnsiChar(Path));
+end;
+
+{ What a leaked block holds, for the leak report: an object (its class
+  name), a string, a dynamic array. Layouts of FPC 3.2 (rtl/inc: objpash.inc,
+  astrings.inc, ustrings.inc, dynarr.inc); every word taken from memory the
+  block points to is read through shoal_read_memory, so a block of plain
+  data that only looks like an object cannot fault. }
+type
+  TStringHeader = record { TAnsiRec and TUnicodeRec }
+    CodePage: Word;
+    ElementSize: Word;
+{$ifdef CPU64}
+    Dummy: DWord;
+{$endif}
+    Ref: SizeInt;
+    Len: SizeInt;
+  end;
+  PStringHeader = ^TStringHeader;
+  TDynArrayHeader = packed record
+    RefCount: PtrInt;
+    High: SizeInt;
+  end;
+  PDynArrayHeader = ^TDynArrayHeader;
+  TVmtHead = record { vmtInstanceSize, vmtInstanceSizeNeg, vmtParent, vmtClassName }
+    InstanceSize: SizeInt;
+    InstanceSizeNeg: SizeInt;
+    Parent: Pointer;
+    ClassName: PShortString;
+  end;
+
+function NameOut(const Text: ShortString; Name: PAnsiChar; Capacity: PtrUInt): PtrUInt;
+begin
+  Result := Length(Text);
+  if Result + 1 > Capacity then
+    exit(0);
+  Move(Text[1], Name^, Result);
+  Name[Result] := #0;
+end;
+
+function IsIdentifier(const Text: ShortString): Boolean;
+var
+  i: Integer;
+begin
+  Result := Length(Text) > 0;
+  for i := 1 to Length(Text) do
+    if not (Text[i] in ['A'..'Z', 'a'..'z', '0'..'9', '_', '.', '<', '>', ',']) then
+      exit(False);
+end;
+
+function ClassNameOf(Block: Pointer; Size: PtrUInt; out Text: ShortString): Boolean;
+var
+  Vmt: TVmtHead;
+  NameLength: Byte;
+begin
+  Result := False;
+  if (Size < SizeOf(Pointer)) or
+    not shoal_read_memory(PPointer(Block)^, @Vmt, SizeOf(Vmt)) then
+    exit;
+  if (Vmt.InstanceSize <= 0) or (Vmt.InstanceSize <> -Vmt.InstanceSizeNeg) or
+    (PtrUInt(Vmt.InstanceSize) > Size) or
+    not shoal_read_memory(Vmt.ClassName, @NameLength, 1) or (NameLength = 0) or
+    not shoal_read_memory(Vmt.ClassName, @Text, NameLength + 1) then
+    exit;
+  Result := IsIdentifier(Text);
+end;
+
+function StringKindOf(Block: Pointer; Size: PtrUInt; out Text: ShortString): Boolean;
+var
+  Header: PStringHeader;
+  Bytes: PtrUInt;
+begin
+  Result := False;
+  if Size < SizeOf(TStringHeader) + 1 then
+    exit;
+  Header := PStringHeader(Block);
+  if (Header^.Ref < 1) or (Header^.Len < 0) or
+    not (Header^.ElementSize in [1, 2]) then
+    exit;
+  Bytes := PtrUInt(Header^.Len + 1) * Header^.ElementSize; { the text and its #0 }
+  if SizeOf(TStringHeader) + Bytes > Size then
+    exit;
+  if Header^.ElementSize = 1 then
+  begin
+    if PByte(Block)[SizeOf(TStringHeader) + Header^.Len] <> 0 then
+      exit;
+    Text := 'AnsiString';
+  end
+  else
+  begin
+    if PWord(PByte(Block) + SizeOf(TStringHeader))[Header^.Len] <> 0 then
+      exit;
+    Text := 'UnicodeString';
+  end;
+  Result := True;
+end;
+
+{ A dynamic array is refcount, high, then (high + 1) elements; GetMem asked
+  for exactly that, so the element size must divide what is left. }
+function IsDynArray(Block: Pointer; Size: PtrUInt): Boolean;
+var
+  Header: PDynArrayHeader;
+  Elements, ElementSize: PtrUInt;
+begin
+  Result := False;
+  if Size <= SizeOf(TDynArrayHeader) then
+    exit;
+  Header := PDynArrayHeader(Block);
+  if (Header^.RefCount < 1) or (Header^.RefCount > 1 shl 20) or (Header^.High < 0) then
+    exit;
+  Elements := PtrUInt(Header^.High) + 1;
+  ElementSize := (Size - SizeOf(TDynArrayHeader)) div Elements;
+  Result := (ElementSize > 0) and (ElementSize <= 4096) and
+    (ElementSize * Elements = Size - SizeOf(TDynArrayHeader));
+end;
+
+function NameBlock(Block: Pointer; Size: PtrUInt; Name: PAnsiChar;
+  Capacity: PtrUInt): PtrUInt; cdecl;
+var
+  Text: ShortString;
+begin
+  if ClassNameOf(Block, Size, Text) or StringKindOf(Block, Size, Text) then
+    exit(NameOut(Text, Name, Capacity));
+  if IsDynArray(Block, Size) then
+    exit(NameOut('dynamic array', Name, Capacity));
+  Result := 0;
+end;
+
 { ---- installation ---- }
 
 { heaptrc (-gh) chains every thread hook; cmem sets none. }
@@ -388,6 +563,9 @@ initialization
   begin
     SetMemoryManager(ShoalManager);
     Installed := True;
+    shoal_report_namer(@NameBlock);
+    if c_getenv('SHOAL_REPORT_FILE') = nil then
+      shoal_report_file('auto');
   end
   else if IsHeaptrc(PreviousManager) then
     Writeln(StdErr, 'ShoalMM: heaptrc (-gh) is the memory manager; keeping it for its ',

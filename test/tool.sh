@@ -13,7 +13,7 @@ shoal=$source_dir/tools/shoal
 : "${SHOAL_LIBRARY:?tool.sh needs SHOAL_LIBRARY set to the libshoal.so of the build}"
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
-unset SHOAL_STATS SHOAL_LEAKS SHOAL_LEAKS_FILE SHOAL_LEAKS_SAMPLE SHOAL_CHECK SHOAL_CHECK_QUARANTINE \
+unset SHOAL_STATS SHOAL_LEAKS SHOAL_LEAKS_FILE SHOAL_REPORT_FILE SHOAL_LEAKS_SAMPLE SHOAL_CHECK SHOAL_CHECK_QUARANTINE \
   SHOAL_CONTENTION SHOAL_VERBOSE SHOAL_ABORT_ON_ERROR LD_PRELOAD
 passed=0
 failed=0
@@ -62,7 +62,7 @@ done
 if "$probe" >/dev/null 2>&1; then fail "shoal_probe claims shoal without shoal run"; fi
 
 # Each flag sets its variable in the program's environment.
-run_shoal run --stats --leaks --leaks-file "$scratch/leaks file" --check --contention "$scratch/contention" \
+run_shoal run --stats --leaks --leaks-file "$scratch/leaks file" --check --contention=$scratch/contention \
   --verbose --option purge_delay=5 --option=HUGE-CACHE=1M --option SHOAL_LEAKS_SAMPLE=64 -- env
 for expected in SHOAL_STATS=1 SHOAL_LEAKS=1 "SHOAL_LEAKS_FILE=$scratch/leaks file" SHOAL_CHECK=1 \
   "SHOAL_CONTENTION=$scratch/contention" SHOAL_VERBOSE=1 SHOAL_PURGE_DELAY=5 SHOAL_HUGE_CACHE=1M \
@@ -75,6 +75,14 @@ for expected in SHOAL_STATS=1 SHOAL_LEAKS=1 "SHOAL_LEAKS_FILE=$scratch/leaks fil
 done
 run_shoal run --stats=json --leaks=all --leaks-file=x --contention=y --trace=z -- env
 for expected in SHOAL_STATS=json SHOAL_LEAKS=all SHOAL_LEAKS_FILE=x SHOAL_CONTENTION=y SHOAL_TRACE=z; do
+  if grep -qxF "$expected" "$scratch/out"; then
+    ok "environment has $expected"
+  else
+    fail "environment lacks $expected: $(grep '^SHOAL_' "$scratch/out" | tr '\n' ' ')"
+  fi
+done
+run_shoal run --report "$scratch/report" --contention -- env
+for expected in "SHOAL_REPORT_FILE=$scratch/report" SHOAL_CONTENTION=1; do
   if grep -qxF "$expected" "$scratch/out"; then
     ok "environment has $expected"
   else
@@ -163,13 +171,13 @@ cp "$scratch/out" "$scratch/help"
 run_shoal run --help
 cp "$scratch/out" "$scratch/help-run"
 [ "$status" -eq 0 ] || fail "shoal run --help: status $status"
-for word in run bench version help --stats '--stats[=json]' '--leaks[=all]' --leaks-file --check --contention --trace SHOAL_TRACE \
+for word in run bench version help --stats '--stats[=json]' '--leaks[=all]' --report SHOAL_REPORT_FILE --leaks-file --check '--contention[=FILE]' --trace SHOAL_TRACE \
   --verbose --option --help SHOAL_STATS SHOAL_LEAKS SHOAL_LEAKS_FILE SHOAL_LEAKS_SAMPLE SHOAL_CHECK \
   SHOAL_CHECK_QUARANTINE SHOAL_CONTENTION SHOAL_PURGE_DELAY SHOAL_PURGE_LIMIT SHOAL_HUGE_CACHE \
   SHOAL_ABORT_ON_ERROR SHOAL_VERBOSE SHOAL_REALLOC_GROWTH SHOAL_HUGE_PAGES SHOAL_LIBRARY; do
   grep -qF -- "$word" "$scratch/help" || fail "shoal --help does not mention $word"
 done
-for word in '--stats[=json]' '--leaks[=all]' --leaks-file --check --contention --trace --verbose --option --help \
+for word in '--stats[=json]' '--leaks[=all]' --report --leaks-file --check '--contention[=FILE]' --trace --verbose --option --help \
   PURGE_DELAY PURGE_LIMIT HUGE_CACHE ABORT_ON_ERROR VERBOSE REALLOC_GROWTH LEAKS_SAMPLE CHECK_QUARANTINE \
   HUGE_PAGES; do
   grep -qF -- "$word" "$scratch/help-run" || fail "shoal run --help does not mention $word"

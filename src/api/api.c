@@ -218,7 +218,7 @@ exported size_t shoal_block_size(const void *p) {
   size_t size = core_class_block_size(p);
   if (likely(size != 0)) return size;
   if (segment_find(p) == NULL) return 0;
-  return api_usable_size(p, "malloc_usable_size", CALLER());
+  return api_usable_size(p, "shoal_block_size", CALLER());
 }
 
 /* ---- statistics and collection ---- */
@@ -236,4 +236,25 @@ exported shoal_stats_t shoal_stats(void) {
 exported void shoal_collect(bool force) {
   if (force) diag_collect();
   stats_collect(force);
+}
+
+/* ---- reports ---- */
+
+exported bool shoal_report_file(const char *path) {
+  process_init(diag_start);
+  return output_set_file(path);
+}
+
+exported bool shoal_leak_report_at_exit(bool on) {
+  process_init(diag_start);
+  return diag_leaks_report_at_exit(on);
+}
+
+exported void shoal_report_namer(shoal_block_namer_t namer) {
+  process_init(diag_start);
+  leaks_set_namer(namer);
+}
+
+exported bool shoal_read_memory(const void *address, void *out, size_t size) {
+  return os_read_memory(address, out, size);
 }

@@ -86,8 +86,9 @@ static void report_line(const char *kind, const char *function, const void *p,
     }
   }
   site_format(site, called, sizeof called);
-  diag_write(2, "shoal: %s: %s(%p)%s%s%s; called at %s%s", kind, function, p, detail, allocated,
-             freed, called, ending);
+  function = function_as_called(function, site->frames[0]);
+  output_error_line("shoal: %s: %s(%p)%s%s%s; called at %s%s", kind, function, p, detail, allocated,
+                    freed, called, ending);
 }
 
 static void report(const char *kind, const char *function, const void *p,
@@ -747,6 +748,17 @@ void *check_realloc(void *p, size_t size, const site_t *site) {
 
 size_t check_usable_size(const void *p, const char *function, const site_t *site) {
   if (p == NULL) return 0;
+  if (strcmp(function, "shoal_block_size") == 0) {
+    /* An ownership question before a free (ShoalMM's FreeMem asks it): a
+     * freed block is still shoal's, and the free that follows reports the
+     * double free under its own name. */
+    record_shard_t *shard = records_lock((uintptr_t)p);
+    const block_record_t *record = records_find(shard, (uintptr_t)p);
+    size_t freed_size = record != NULL && record->state == RECORD_QUARANTINED ? record->size : 0;
+    records_unlock(shard);
+    if (record != NULL && record->state == RECORD_QUARANTINED)
+      return freed_size > 0 ? freed_size : 1;
+  }
   checked_block_t block;
   if (!find_block(p, function, site, false, &block)) return 0;
   size_t size = block.record->size;

@@ -36,8 +36,6 @@ size_t unwinder_live[SHOAL_STATS_SIZE_CLASSES];
 _Atomic(int) diag_modes;
 __attribute__((tls_model("initial-exec"))) _Thread_local bool diag_inside;
 
-static const char *contention_path;
-
 /* ---- entering and leaving the core ---- */
 
 /* Where every call takes several locks (each block tracked), signals are
@@ -121,59 +119,30 @@ size_t site_format(const site_t *site, char *out, size_t capacity) {
   return length < capacity ? length : capacity - 1;
 }
 
-void diag_write(int fd, const char *format, ...) {
-  char line[2048];
-  va_list args;
-  va_start(args, format);
-  int n = vsnprintf(line, sizeof line - 1, format, args);
-  va_end(args);
-  size_t length = n < 0 ? 0 : (size_t)n;
-  if (length > sizeof line - 2) length = sizeof line - 2;
-  line[length++] = '\n';
-  if (fd == 2)
-    os_write_stderr(line, length); /* the kept copy, if the program closed its own */
-  else
-    os_write_all(fd, line, length);
+/* The memory function by the name the program called: a Pascal program
+ * calls GetMem, FreeMem, ReallocMem and AllocMem, which ShoalMM's hooks
+ * turn into the C calls; the hook the call came through (caller) names it.
+ * At report time only: it reads the symbol table. */
+const char *function_as_called(const char *function, caller_t caller) {
+  static const struct {
+    const char *hook, *called;
+  } pascal_hooks[] = {
+      {"SHOALGETMEM", "GetMem"},     {"SHOALFREEMEMSIZE", "FreeMem"},
+      {"SHOALFREEMEM", "FreeMem"},   {"SHOALREALLOCMEM", "ReallocMem"},
+      {"SHOALALLOCMEM", "AllocMem"}, {"MOVEFOREIGNBLOCK", "ReallocMem"},
+  };
+  static const char prefix[] = "SHOALMM_$$_";
+  char name[256];
+  if (caller == NULL) return function;
+  symbol_name((const uint8_t *)caller - 1, name, sizeof name);
+  if (strncmp(name, prefix, sizeof prefix - 1) != 0) return function;
+  for (size_t i = 0; i < sizeof pascal_hooks / sizeof pascal_hooks[0]; i++)
+    if (strncmp(name + sizeof prefix - 1, pascal_hooks[i].hook, strlen(pascal_hooks[i].hook)) == 0)
+      return pascal_hooks[i].called;
+  return function;
 }
 
-/* ---- the contention log ----
- * Counts per (event, call site) in a fixed open-addressed table that any
- * thread fills with atomics and none waits on; a full table counts the
- * rest as dropped. */
-
-typedef enum contention_event_e {
-  EVENT_LOCK_WAIT = 1,   /* waited for the arena (or huge cache) lock */
-  EVENT_SLOW_PATH = 2,   /* malloc left the fast path for fresh pages */
-  EVENT_REMOTE_FREE = 3, /* freed a block another thread owns */
-} contention_event_t;
-
-static const char *const event_names[] = {"", "lock wait", "slow path", "remote free"};
-
-#define CONTENTION_SLOTS 8192
-typedef struct contention_slot_s {
-  _Atomic(uintptr_t) key; /* call site << 2 | event */
-  _Atomic(size_t) count;
-} contention_slot_t;
-
-static contention_slot_t contention_slots[CONTENTION_SLOTS];
-static _Atomic(size_t) contention_dropped;
-
-static void contention_note(contention_event_t event, caller_t caller, size_t times) {
-  uintptr_t key = (uintptr_t)caller << 2 | (uintptr_t)event;
-  size_t start = (size_t)((key * 0x9E3779B97F4A7C15u) >> 51);
-  for (size_t i = 0; i < CONTENTION_SLOTS; i++) {
-    contention_slot_t *slot = &contention_slots[(start + i) % CONTENTION_SLOTS];
-    uintptr_t seen = atomic_load_explicit(&slot->key, memory_order_acquire);
-    if (seen == 0 && atomic_compare_exchange_strong_explicit(
-                         &slot->key, &seen, key, memory_order_acq_rel, memory_order_acquire))
-      seen = key;
-    if (seen == key) {
-      atomic_fetch_add_explicit(&slot->count, times, memory_order_relaxed);
-      return;
-    }
-  }
-  atomic_fetch_add_explicit(&contention_dropped, times, memory_order_relaxed);
-}
+/* ---- the contention log (contention.c) ---- */
 
 /* What a core call did that the log wants to know: read before and after. */
 typedef struct contention_probe_s {
@@ -193,59 +162,14 @@ static void contention_probe(contention_probe_t *probe) {
 
 /* A call that gave the thread its heap (a new one, or a dead thread's with
  * its counts) took no slow path of its own to count. */
-static void contention_after(const contention_probe_t *before, caller_t caller) {
+static void contention_after(const contention_probe_t *before, const char *function,
+                             caller_t caller) {
   contention_probe_t after;
   contention_probe(&after);
   if (after.lock_waits != before->lock_waits)
-    contention_note(EVENT_LOCK_WAIT, caller, after.lock_waits - before->lock_waits);
+    contention_note(EVENT_LOCK_WAIT, function, caller, after.lock_waits - before->lock_waits);
   if (after.heap == before->heap && after.slow_paths > before->slow_paths)
-    contention_note(EVENT_SLOW_PATH, caller, after.slow_paths - before->slow_paths);
-}
-
-typedef struct contention_entry_s {
-  uintptr_t key;
-  size_t count;
-} contention_entry_t;
-
-static int entry_by_count(const void *a, const void *b) {
-  const contention_entry_t *x = a, *y = b;
-  if (x->count != y->count) return x->count > y->count ? -1 : 1;
-  return x->key < y->key ? -1 : x->key > y->key;
-}
-
-static void contention_report(void) {
-  static contention_entry_t entries[CONTENTION_SLOTS]; /* at exit, once */
-  size_t used = 0, total = 0;
-  for (size_t i = 0; i < CONTENTION_SLOTS; i++) {
-    uintptr_t key = atomic_load_explicit(&contention_slots[i].key, memory_order_acquire);
-    if (key == 0) continue;
-    entries[used].key = key;
-    entries[used].count = atomic_load_explicit(&contention_slots[i].count, memory_order_relaxed);
-    total += entries[used++].count;
-  }
-  qsort(entries, used, sizeof entries[0], entry_by_count);
-  int fd = diag_open_output(contention_path);
-  char site[1024];
-  if (fd >= 0) {
-    diag_write(fd, "# shoal contention log: %zu events at %zu call sites, most frequent first",
-               total, used);
-    diag_write(fd, "# %10s  %-11s  %s", "count", "event", "call site");
-    for (size_t i = 0; i < used; i++) {
-      frame_format((const void *)(entries[i].key >> 2), site, sizeof site);
-      diag_write(fd, "%12zu  %-11s  %s", entries[i].count, event_names[entries[i].key & 3], site);
-    }
-    size_t dropped = atomic_load_explicit(&contention_dropped, memory_order_relaxed);
-    if (dropped != 0)
-      diag_write(fd, "# %zu more events at sites the table had no room for", dropped);
-    os_close(fd);
-  }
-  diag_write(2, "shoal: contention: %zu events at %zu call sites%s%s", total, used,
-             fd >= 0 ? "; log in " : "", fd >= 0 ? contention_path : "");
-  for (size_t i = 0; i < used && i < 3; i++) {
-    frame_format((const void *)(entries[i].key >> 2), site, sizeof site);
-    diag_write(2, "shoal:   %zu %s%s at %s", entries[i].count, event_names[entries[i].key & 3],
-               entries[i].count == 1 ? "" : "s", site);
-  }
+    contention_note(EVENT_SLOW_PATH, function, caller, after.slow_paths - before->slow_paths);
 }
 
 /* ---- the interposed API ---- */
@@ -274,7 +198,8 @@ void *diag_malloc(size_t size, size_t alignment, caller_t caller) {
   if ((modes & DIAG_TRACE) && p != NULL)
     trace_note(alignment != 0 ? SHOAL_TRACE_ALIGNED : SHOAL_TRACE_MALLOC, p, p, size, alignment,
                trace_next_sequence());
-  if (modes & DIAG_CONTENTION) contention_after(&probe, caller);
+  if (modes & DIAG_CONTENTION)
+    contention_after(&probe, alignment != 0 ? "aligned_alloc" : "malloc", caller);
   core_leave(modes);
   return p;
 }
@@ -294,7 +219,7 @@ static void diag_release(void *p, size_t size_hint, const char *function, caller
   contention_probe_t probe;
   contention_probe(&probe);
   if ((modes & DIAG_CONTENTION) && owned_elsewhere(p))
-    contention_note(EVENT_REMOTE_FREE, caller, 1);
+    contention_note(EVENT_REMOTE_FREE, function, caller, 1);
   if (modes & DIAG_TRACE) trace_note(SHOAL_TRACE_FREE, p, NULL, 0, 0, trace_next_sequence());
   if (modes & DIAG_CHECK) {
     site_t site;
@@ -304,7 +229,7 @@ static void diag_release(void *p, size_t size_hint, const char *function, caller
     if (modes & DIAG_LEAKS) leaks_forget(p);
     free_fast(p, size_hint, caller);
   }
-  if (modes & DIAG_CONTENTION) contention_after(&probe, caller);
+  if (modes & DIAG_CONTENTION) contention_after(&probe, function, caller);
   core_leave(modes);
 }
 
@@ -338,7 +263,7 @@ void *diag_realloc(void *p, size_t size, caller_t caller) {
       leaks_track(fresh != NULL ? fresh : p, size, weight == 0 ? 1 : weight, &site);
   }
   if (modes & DIAG_TRACE) trace_note(SHOAL_TRACE_REALLOC, p, fresh, size, 0, sequence);
-  if (modes & DIAG_CONTENTION) contention_after(&probe, caller);
+  if (modes & DIAG_CONTENTION) contention_after(&probe, "realloc", caller);
   core_leave(modes);
   return fresh;
 }
@@ -387,8 +312,15 @@ void diag_start(void) {
   else if (env_is_on("SHOAL_LEAKS", leaks))
     modes |= DIAG_LEAKS;
   if (env_is_on("SHOAL_CHECK", getenv("SHOAL_CHECK"))) modes |= DIAG_CHECK;
-  contention_path = getenv("SHOAL_CONTENTION");
-  if (contention_path != NULL && *contention_path != '\0') modes |= DIAG_CONTENTION;
+  output_start();
+  /* SHOAL_CONTENTION=1, or (the older form) the path of the report file */
+  const char *contention = getenv("SHOAL_CONTENTION");
+  long on = 0;
+  if (contention != NULL && *contention != '\0' && !option_parse_bool(contention, &on)) {
+    on = 1;
+    if (getenv("SHOAL_REPORT_FILE") == NULL) output_start_file(contention);
+  }
+  if (on) modes |= DIAG_CONTENTION;
   const char *trace_path = getenv("SHOAL_TRACE");
   if (trace_path != NULL && *trace_path != '\0' && trace_init(trace_path)) modes |= DIAG_TRACE;
   if (modes & DIAG_CHECK) check_init();
@@ -408,6 +340,7 @@ void diag_start(void) {
  * inside an allocation: dlopen allocates, and takes the loader's lock. */
 void diag_load_unwinder(void) {
   if (!(diag_mode() & (DIAG_LEAKS | DIAG_CHECK | DIAG_CONTENTION))) return;
+  if (atomic_load_explicit(&unwind_backtrace, memory_order_acquire) != NULL) return; /* loaded */
   unwind_backtrace_fn backtrace = NULL;
   unwind_get_ip_fn get_ip = NULL;
   if (_Unwind_Backtrace != NULL && _Unwind_GetIP != NULL) {
@@ -432,6 +365,34 @@ void diag_load_unwinder(void) {
   atomic_store_explicit(&unwind_backtrace, backtrace, memory_order_release);
 }
 
+/* From the program (shoal_leak_report_at_exit), outside any allocation:
+ * as SHOAL_LEAKS=all would have from the start. This thread's heap is put
+ * aside at once; a thread started later parks its heap at its first call;
+ * threads already running keep their fast paths, untracked. */
+static _Atomic(bool) leak_report_off;
+
+bool diag_leaks_report_at_exit(bool on) {
+  if (diag_inside) return false;
+  atomic_store_explicit(&leak_report_off, !on, memory_order_relaxed);
+  if (!on) return true;
+  int modes = diag_mode();
+  if (modes & DIAG_LEAKS_ALL) return true;
+  if (modes & DIAG_CHECK) { /* every block has its record already */
+    atomic_fetch_or_explicit(&diag_modes, DIAG_LEAKS, memory_order_acq_rel);
+    return true;
+  }
+  if (!(modes & DIAG_LEAKS)) records_register_for_fork();
+  os_keep_stderr();
+  atomic_fetch_or_explicit(&diag_modes, DIAG_LEAKS | DIAG_LEAKS_ALL, memory_order_acq_rel);
+  diag_load_unwinder();
+  if (thread_heap != &heap_empty) {
+    thread_heap_parked = thread_heap;
+    thread_heap = &heap_empty;
+  }
+  verbose("diagnostics on: leaks (exact, from now on)");
+  return true;
+}
+
 void diag_collect(void) {
   int modes = diag_mode();
   if (!(modes & DIAG_CHECK) || diag_inside) return;
@@ -450,7 +411,8 @@ __attribute__((destructor(101))) static void diag_at_exit(void) {
   if (modes == 0) return;
   core_enter(modes);
   if (modes & DIAG_TRACE) trace_flush_all();
-  if (modes & DIAG_LEAKS) leaks_report();
+  if ((modes & DIAG_LEAKS) && !atomic_load_explicit(&leak_report_off, memory_order_relaxed))
+    leaks_report();
   if (modes & DIAG_CONTENTION) contention_report();
   core_leave(modes);
 }

@@ -3,7 +3,9 @@
  * table of tracked blocks, each mode's entry points).
  *
  *   diag.c     modes, the interposition around the core, call sites, the
- *              contention log, the reports at exit
+ *              reports at exit
+ *   contention.c  the contention log: events by call stack and function
+ *   output.c   where the reports go: stderr, or a file and a summary
  *   leaks.c    the table of tracked blocks and the leak report
  *   check.c    checked mode: guards, patterns, quarantine, error reports
  *   trace.c    SHOAL_TRACE: every call recorded (trace_format.h)
@@ -71,11 +73,27 @@ typedef struct site_s {
 void site_capture(site_t *site, caller_t caller);
 /* "f+0x1c (prog) <- main+0x40 (prog)" into out; returns the length. */
 size_t site_format(const site_t *site, char *out, size_t capacity);
+/* "GetMem" for "malloc" when caller is ShoalMM's GetMem hook, and so on:
+ * the memory function as the program called it. Reads symbols: reports only. */
+const char *function_as_called(const char *function, caller_t caller);
 
-/* A line to stderr (or the report file) longer than message() allows. */
+/* ---- where reports go (output.c) ----
+ * stderr, or the report file (SHOAL_REPORT_FILE, shoal_report_file) with a
+ * brief summary on stderr. Lines get their newline here. */
+void output_start(void);                         /* reads the option, from diag_start */
+void output_start_file(const char *path);        /* as if the option named path */
+bool output_set_file(const char *path);          /* path, "auto" or NULL (stderr) */
+bool output_to_file(void);                       /* the reports go to a file (opens it) */
+const char *output_file_path(void);              /* its path, or "stderr" */
+void output_report_line(const char *format, ...) /* into the report */
+    __attribute__((format(printf, 1, 2)));
+void output_summary_line(const char *format, ...) /* on stderr, when the report is a file */
+    __attribute__((format(printf, 1, 2)));
+void output_error_line(const char *format, ...) /* into the report, and on stderr if a file */
+    __attribute__((format(printf, 1, 2)));
+
 /* Blocks of each size class the loader kept when the unwinder was loaded. */
 extern size_t unwinder_live[SHOAL_STATS_SIZE_CLASSES];
-void diag_write(int fd, const char *format, ...) __attribute__((format(printf, 2, 3)));
 int diag_open_output(const char *path); /* a report's file, or -1 after saying why */
 
 /* ---- locks ----
@@ -127,6 +145,21 @@ void leaks_track(void *block, size_t size, size_t weight, const site_t *site);
 /* Forget a block about to be freed; true when it was tracked. */
 bool leaks_forget(const void *block);
 void leaks_report(void);
+void leaks_set_namer(shoal_block_namer_t namer); /* shoal_report_namer */
+/* shoal_leak_report_at_exit: exact tracking from now on, and whether the
+ * report at exit is wanted (diag.c). */
+bool diag_leaks_report_at_exit(bool on);
+
+/* ---- the contention log (contention.c) ---- */
+typedef enum contention_event_e {
+  EVENT_LOCK_WAIT = 1,   /* waited for the arena (or huge cache) lock */
+  EVENT_SLOW_PATH = 2,   /* malloc left the fast path for fresh pages */
+  EVENT_REMOTE_FREE = 3, /* freed a block another thread owns */
+} contention_event_t;
+/* Count `times` events at the call stack of caller, in `function` (a
+ * string that lives for ever: the C function's name). */
+void contention_note(contention_event_t event, const char *function, caller_t caller, size_t times);
+void contention_report(void);
 
 /* ---- the allocation trace (trace.c; format in trace_format.h) ---- */
 bool trace_init(const char *path);

@@ -13,6 +13,7 @@
  * checked mode) track every block and report exact figures throughout. */
 #include "diag/diag.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -210,10 +211,17 @@ bool leaks_forget(const void *block) {
 
 /* ---- the report ---- */
 
+static _Atomic(shoal_block_namer_t) block_namer;
+
+void leaks_set_namer(shoal_block_namer_t namer) {
+  atomic_store_explicit(&block_namer, namer, memory_order_release);
+}
+
 typedef struct leak_s {
   site_t site;
-  size_t size;   /* requested bytes, or the block size for a class group */
-  size_t blocks; /* blocks it stands for */
+  uintptr_t block; /* one of the blocks (the group's first) */
+  size_t size;     /* requested bytes, or the block size for a class group */
+  size_t blocks;   /* blocks it stands for */
   size_t bytes;
 } leak_t;
 
@@ -227,6 +235,7 @@ static void collect_live(block_record_t *record, void *context) {
   if (record->state != RECORD_LIVE || list->count == list->capacity) return;
   leak_t *leak = &list->items[list->count++];
   leak->site = record->allocated_at;
+  leak->block = record->block;
   leak->size = record->size;
   leak->blocks = record->weight;
   leak->bytes = record->weight * record->size;
@@ -237,12 +246,9 @@ static void count_records(block_record_t *record, void *context) {
   ++*(size_t *)context;
 }
 
-/* Grouped by the call that allocated; the callers shown are those of the
- * first block of the group. */
+/* Grouped by call stack; a group shows its stack once. */
 static int by_site(const void *a, const void *b) {
-  uintptr_t x = (uintptr_t)((const leak_t *)a)->site.frames[0];
-  uintptr_t y = (uintptr_t)((const leak_t *)b)->site.frames[0];
-  return x < y ? -1 : x > y;
+  return memcmp(&((const leak_t *)a)->site, &((const leak_t *)b)->site, sizeof(site_t));
 }
 
 static int by_size(const void *a, const void *b) {
@@ -270,38 +276,138 @@ static size_t merge_runs(leak_t *items, size_t count, int (*same)(const void *, 
   return out;
 }
 
-static void write_sites(int fd, leak_t *items, size_t count, bool estimated) {
+/* The stacks, largest first; with a report file, the first three on stderr. */
+static void write_sites(leak_t *items, size_t count, bool estimated) {
   qsort(items, count, sizeof *items, by_site);
   count = merge_runs(items, count, by_site);
   qsort(items, count, sizeof *items, by_bytes_descending);
-  diag_write(fd, "%12s %9s  allocated at", estimated ? "~bytes" : "bytes",
-             estimated ? "~blocks" : "blocks");
+  output_report_line("%12s %9s  allocated at", estimated ? "~bytes" : "bytes",
+                     estimated ? "~blocks" : "blocks");
   char site[1536];
   size_t shown = count < REPORT_SITES_MAX ? count : REPORT_SITES_MAX;
   for (size_t i = 0; i < shown; i++) {
     site_format(&items[i].site, site, sizeof site);
-    diag_write(fd, "%12zu %9zu  %s", items[i].bytes, items[i].blocks, site);
+    output_report_line("%12zu %9zu  %s", items[i].bytes, items[i].blocks, site);
+    if (i < 3)
+      output_summary_line("shoal:   %zu bytes in %zu block%s at %s", items[i].bytes,
+                          items[i].blocks, items[i].blocks == 1 ? "" : "s", site);
   }
   if (count > shown) {
     size_t blocks = 0, bytes = 0;
     for (size_t i = shown; i < count; i++) blocks += items[i].blocks, bytes += items[i].bytes;
-    diag_write(fd, "%12zu %9zu  (%zu more call sites)", bytes, blocks, count - shown);
+    output_report_line("%12zu %9zu  (%zu more call stacks)", bytes, blocks, count - shown);
   }
 }
 
-static void write_sizes(int fd, leak_t *items, size_t count, const char *size_title) {
+static void write_sizes(leak_t *items, size_t count, const char *size_title) {
   qsort(items, count, sizeof *items, by_size);
   count = merge_runs(items, count, by_size);
   qsort(items, count, sizeof *items, by_bytes_descending);
-  diag_write(fd, "%12s %9s  %s", "bytes", "blocks", size_title);
+  output_report_line("%12s %9s  %s", "bytes", "blocks", size_title);
   size_t shown = count < REPORT_SIZES_MAX ? count : REPORT_SIZES_MAX;
   for (size_t i = 0; i < shown; i++) {
     if (items[i].size == OUTSIZED)
-      diag_write(fd, "%12zu %9zu  over %d KiB", items[i].bytes, items[i].blocks, MEDIUM_MAX >> 10);
+      output_report_line("%12zu %9zu  over %d KiB", items[i].bytes, items[i].blocks,
+                         MEDIUM_MAX >> 10);
     else
-      diag_write(fd, "%12zu %9zu  %zu", items[i].bytes, items[i].blocks, items[i].size);
+      output_report_line("%12zu %9zu  %zu", items[i].bytes, items[i].blocks, items[i].size);
   }
-  if (count > shown) diag_write(fd, "%12s %9s  (%zu more sizes)", "", "", count - shown);
+  if (count > shown) output_report_line("%12s %9s  (%zu more sizes)", "", "", count - shown);
+}
+
+/* ---- what the leaked blocks are (the program's namer) ----
+ * FastMM's summary: per range of sizes, what each block holds, as the
+ * program's namer tells ("17 - 32 bytes: TFoo x 2, UnicodeString x 5").
+ * Names are interned in a fixed table; past it, blocks count as "other". */
+
+#define KIND_NAMES_MAX 256
+#define KIND_NAME_MAX  64
+
+typedef struct kind_count_s {
+  size_t low, high; /* the size range: the size class of the request */
+  uint32_t name;    /* index in kind_names */
+  size_t blocks;
+} kind_count_t;
+
+static char kind_names[KIND_NAMES_MAX][KIND_NAME_MAX]; /* at exit, once */
+static uint32_t kind_name_count;
+
+static uint32_t kind_intern(const char *name) {
+  for (uint32_t i = 0; i < kind_name_count; i++)
+    if (strcmp(kind_names[i], name) == 0) return i;
+  if (kind_name_count == KIND_NAMES_MAX) return 0; /* "other" */
+  size_t length = strlen(name);
+  if (length > KIND_NAME_MAX - 1) length = KIND_NAME_MAX - 1;
+  memcpy(kind_names[kind_name_count], name, length);
+  kind_names[kind_name_count][length] = '\0';
+  return kind_name_count++;
+}
+
+static void size_range(size_t size, size_t *low, size_t *high) {
+  if (size > MEDIUM_MAX) {
+    *low = MEDIUM_MAX + 1;
+    *high = SIZE_MAX;
+    return;
+  }
+  uint8_t size_class = size_class_of(size);
+  *high = class_block_size[size_class];
+  *low = size_class == 0 ? 1 : class_block_size[size_class - 1] + 1;
+}
+
+static int kind_by_range_then_name(const void *a, const void *b) {
+  const kind_count_t *x = a, *y = b;
+  if (x->low != y->low) return x->low < y->low ? -1 : 1;
+  return x->name < y->name ? -1 : x->name > y->name;
+}
+
+static int kind_by_blocks_descending(const void *a, const void *b) {
+  const kind_count_t *x = a, *y = b;
+  if (x->blocks != y->blocks) return x->blocks > y->blocks ? -1 : 1;
+  return strcmp(kind_names[x->name], kind_names[y->name]);
+}
+
+/* kinds has room for count entries. */
+static void write_kinds(const leak_t *items, size_t count, kind_count_t *kinds, bool estimated,
+                        shoal_block_namer_t namer) {
+  kind_name_count = 0;
+  kind_intern("other");
+  for (size_t i = 0; i < count; i++) {
+    char name[KIND_NAME_MAX] = "";
+    size_t length = namer((const void *)items[i].block, items[i].size, name, sizeof name);
+    if (length == 0 || length >= sizeof name) memcpy(name, "other", sizeof "other");
+    kinds[i].name = kind_intern(name);
+    kinds[i].blocks = items[i].blocks;
+    size_range(items[i].size, &kinds[i].low, &kinds[i].high);
+  }
+  qsort(kinds, count, sizeof *kinds, kind_by_range_then_name);
+  size_t merged = 0;
+  for (size_t i = 0; i < count; i++) {
+    kind_count_t *last = merged > 0 ? &kinds[merged - 1] : NULL;
+    if (last != NULL && last->low == kinds[i].low && last->name == kinds[i].name)
+      last->blocks += kinds[i].blocks;
+    else
+      kinds[merged++] = kinds[i];
+  }
+  output_report_line("%s what the blocks hold, by size%s:", "shoal: leak report:",
+                     estimated ? " (from the sampled blocks)" : "");
+  for (size_t start = 0; start < merged;) {
+    size_t end = start;
+    while (end < merged && kinds[end].low == kinds[start].low) end++;
+    qsort(kinds + start, end - start, sizeof *kinds, kind_by_blocks_descending);
+    char line[1024];
+    size_t length = 0;
+    if (kinds[start].high == SIZE_MAX)
+      length = (size_t)snprintf(line, sizeof line, "  over %d KiB:", MEDIUM_MAX >> 10);
+    else
+      length = (size_t)snprintf(line, sizeof line, "  %zu - %zu bytes:", kinds[start].low,
+                                kinds[start].high);
+    for (size_t i = start; i < end && length < sizeof line; i++)
+      length += (size_t)snprintf(line + length, sizeof line - length, "%s %s x %s%zu",
+                                 i == start ? "" : ",", kind_names[kinds[i].name],
+                                 estimated ? "~" : "", kinds[i].blocks);
+    output_report_line("%s", line);
+    start = end;
+  }
 }
 
 /* Blocks the C or C++ runtime or the loader allocated for themselves (a
@@ -367,6 +473,8 @@ void leaks_report(void) {
   size_t records = 0;
   records_for_each(count_records, &records);
   leak_list_t list = {NULL, 0, records + 1};
+  /* the records, a copy for the by-size table, the class rows; the kinds
+   * table reuses the copy's room (a kind_count_t is smaller than a leak_t) */
   size_t capacity = 2 * (records + 1) + SHOAL_STATS_SIZE_CLASSES + 1;
   size_t map_bytes = (capacity * sizeof(leak_t) + os_page_size() - 1) & ~(os_page_size() - 1);
   list.items = os_map_aligned(map_bytes, os_page_size());
@@ -375,10 +483,6 @@ void leaks_report(void) {
     return;
   }
   records_for_each(collect_live, &list);
-
-  const char *path = getenv("SHOAL_LEAKS_FILE");
-  int fd = path != NULL && *path != '\0' ? diag_open_output(path) : 2;
-  if (fd < 0) fd = 2;
 
   size_t blocks = 0, bytes = 0, runtime_blocks = 0, runtime_bytes = 0;
   leak_t *by_class = list.items + list.count; /* sizes: apart, the site table merges in place */
@@ -390,33 +494,40 @@ void leaks_report(void) {
   } else {
     classes = class_leaks(by_class, &blocks, &bytes, &runtime_blocks, &runtime_bytes);
   }
+  shoal_block_namer_t namer = atomic_load_explicit(&block_namer, memory_order_acquire);
   if (blocks == 0) {
-    diag_write(fd, "shoal: leak report: no leaks, every block was freed");
+    output_error_line("shoal: leak report: no leaks, every block was freed");
   } else if (exact) {
-    diag_write(fd, "shoal: leak report: %zu block%s (%zu bytes) still allocated at exit", blocks,
-               blocks == 1 ? "" : "s", bytes);
+    output_error_line("shoal: leak report: %zu block%s (%zu bytes) still allocated at exit%s%s",
+                      blocks, blocks == 1 ? "" : "s", bytes,
+                      output_to_file() ? "; the report is in " : "",
+                      output_to_file() ? output_file_path() : "");
     memcpy(by_class, list.items, list.count * sizeof *by_class);
-    write_sites(fd, list.items, list.count, false);
-    write_sizes(fd, by_class, list.count, "size");
+    if (namer != NULL) write_kinds(list.items, list.count, (kind_count_t *)by_class, false, namer);
+    memcpy(by_class, list.items, list.count * sizeof *by_class);
+    write_sites(list.items, list.count, false);
+    write_sizes(by_class, list.count, "size");
   } else {
-    diag_write(fd,
-               "shoal: leak report: %zu block%s (%zu bytes of blocks) still allocated at exit; "
-               "call sites from sampled allocations (SHOAL_LEAKS=all for all)",
-               blocks, blocks == 1 ? "" : "s", bytes);
-    if (list.count > 0)
-      write_sites(fd, list.items, list.count, true);
-    else
-      diag_write(fd, "  (no sampled allocation is among them)");
-    write_sizes(fd, by_class, classes, "block size");
+    output_error_line(
+        "shoal: leak report: %zu block%s (%zu bytes of blocks) still allocated at exit; call "
+        "stacks from sampled allocations (SHOAL_LEAKS=all for all)%s%s",
+        blocks, blocks == 1 ? "" : "s", bytes, output_to_file() ? "; the report is in " : "",
+        output_to_file() ? output_file_path() : "");
+    if (list.count > 0) {
+      if (namer != NULL) {
+        kind_count_t *kinds = (kind_count_t *)(by_class + classes);
+        write_kinds(list.items, list.count, kinds, true, namer);
+      }
+      write_sites(list.items, list.count, true);
+    } else {
+      output_report_line("  (no sampled allocation is among them)");
+    }
+    write_sizes(by_class, classes, "block size");
   }
   if (runtime_blocks != 0)
-    diag_write(fd,
-               "shoal: leak report: not counted: %zu block%s (%zu bytes) the C/C++ runtime keeps "
-               "for itself",
-               runtime_blocks, runtime_blocks == 1 ? "" : "s", runtime_bytes);
-  if (fd != 2) {
-    os_close(fd);
-    diag_write(2, "shoal: leak report: %zu blocks, %zu bytes; written to %s", blocks, bytes, path);
-  }
+    output_report_line(
+        "shoal: leak report: not counted: %zu block%s (%zu bytes) the C/C++ runtime keeps "
+        "for itself",
+        runtime_blocks, runtime_blocks == 1 ? "" : "s", runtime_bytes);
   os_unmap(list.items, map_bytes);
 }

@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -340,4 +341,39 @@ size_t os_read_link(const char *path, char *out, size_t capacity) {
   if (length < 0) length = 0;
   out[length] = '\0';
   return (size_t)length;
+}
+
+size_t os_executable_path(char *out, size_t capacity) {
+  size_t length = os_read_link("/proc/self/exe", out, capacity);
+  if (length + 1 >= capacity) { /* readlink truncates without saying so */
+    if (capacity > 0) out[0] = '\0';
+    return 0;
+  }
+  return length;
+}
+
+/* The kernel copies, and says EFAULT where a page is not readable, so a
+ * wild pointer costs a failed call, not a signal. Where process_vm_readv
+ * is refused (a sandbox), a pipe does the same: write() copies from the
+ * range, or fails with EFAULT. */
+static bool read_memory_through_pipe(const void *address, void *out, size_t size) {
+  int ends[2];
+  if (size > 4096 || pipe2(ends, O_CLOEXEC) != 0) return false;
+  bool copied =
+      write(ends[1], address, size) == (ssize_t)size && read(ends[0], out, size) == (ssize_t)size;
+  close(ends[0]);
+  close(ends[1]);
+  return copied;
+}
+
+bool os_read_memory(const void *address, void *out, size_t size) {
+  if (size == 0) return true;
+  int saved = errno;
+  struct iovec local = {out, size};
+  struct iovec remote = {(void *)(uintptr_t)address, size};
+  ssize_t copied = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+  bool read = copied == (ssize_t)size;
+  if (copied < 0 && errno != EFAULT) read = read_memory_through_pipe(address, out, size);
+  errno = saved;
+  return read;
 }

@@ -71,5 +71,11 @@ void os_unmap_file(const void *address, size_t size);
 /* The target of a symbolic link (/proc/self/exe), NUL-terminated, truncated
  * to capacity; its length, 0 when it cannot be read. */
 size_t os_read_link(const char *path, char *out, size_t capacity);
+/* The running executable's full path, NUL-terminated; its length, 0 when
+ * the system cannot tell or it does not fit in capacity. */
+size_t os_executable_path(char *out, size_t capacity);
+/* Copy size bytes at address to out when the whole range is readable;
+ * false (errno kept) when any of it is not: no fault is ever taken. */
+bool os_read_memory(const void *address, void *out, size_t size);
 
 #endif /* SHOAL_OS_H */
