@@ -41,8 +41,8 @@ static void test_read_memory(void) {
   EXPECT(shoal_read_memory(NULL, copy, 0)); /* nothing to read */
   EXPECT(!shoal_read_memory(NULL, copy, 8));
   long page = sysconf(_SC_PAGESIZE);
-  char *pages = mmap(NULL, (size_t)page * 2, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                     -1, 0);
+  char *pages =
+      mmap(NULL, (size_t)page * 2, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   EXPECT(pages != MAP_FAILED);
   memset(pages, 7, (size_t)page * 2);
   EXPECT(mprotect(pages + page, (size_t)page, PROT_NONE) == 0);

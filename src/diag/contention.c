@@ -32,8 +32,7 @@ typedef struct contention_slot_s {
 static contention_slot_t contention_slots[CONTENTION_SLOTS];
 static _Atomic(size_t) contention_dropped;
 
-static uint64_t contention_key(contention_event_t event, const char *function,
-                               const site_t *site) {
+static uint64_t contention_key(contention_event_t event, const char *function, const site_t *site) {
   uint64_t hash = 0xcbf29ce484222325u ^ (uint64_t)event;
   hash = (hash ^ (uint64_t)(uintptr_t)function) * 0x100000001b3u;
   for (int i = 0; i < SITE_FRAMES; i++)
@@ -97,8 +96,7 @@ void contention_report(void) {
     size_t count = atomic_load_explicit(&slot->count, memory_order_relaxed);
     site_format(&slot->site, site, sizeof site);
     const char *function = function_as_called(slot->function, slot->caller);
-    output_report_line("%12zu  %-11s  %-13s  %s", count, event_names[slot->event], function,
-                       site);
+    output_report_line("%12zu  %-11s  %-13s  %s", count, event_names[slot->event], function, site);
     if (i < 3)
       output_summary_line("shoal:   %zu %s%s in %s at %s", count, event_names[slot->event],
                           count == 1 ? "" : "s", function, site);

@@ -73,8 +73,8 @@ void output_start_file(const char *path) {
 bool output_set_file(const char *path) {
   diag_lock(&output_lock);
   bool defer = path != NULL && strcmp(path, "auto") == 0 && path_from_environment;
-  bool chosen = atomic_load_explicit(&report_fd, memory_order_acquire) < 0 &&
-                (defer || path_choose(path));
+  bool chosen =
+      atomic_load_explicit(&report_fd, memory_order_acquire) < 0 && (defer || path_choose(path));
   diag_unlock(&output_lock);
   return chosen;
 }
