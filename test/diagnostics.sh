@@ -29,8 +29,8 @@ for mode in all check; do
   if [ "$mode" = all ]; then env=(SHOAL_LEAKS=all); else env=(SHOAL_LEAKS=1 SHOAL_CHECK=1); fi
   env "${env[@]}" "$leaks_program" 2>"$work/err"
   expect "$work/err" '^shoal: leak report: 3 blocks \(4224 bytes\) still allocated at exit$' "$mode: summary"
-  expect "$work/err" '^ +4096 +1  make_cache\+0x[0-9a-f]+ \(test_diag_leaks\) <- main\+' "$mode: make_cache site"
-  expect "$work/err" '^ +128 +2  leak_node\+0x[0-9a-f]+ \(test_diag_leaks\)' "$mode: leak_node site"
+  expect "$work/err" '^ +4096 +1  make_cache \(diag_leaks\.c:[0-9]+\) <- main \(diag_leaks\.c:[0-9]+\)$' "$mode: make_cache site"
+  expect "$work/err" '^ +128 +2  leak_node \(diag_leaks\.c:[0-9]+\) <- main \(diag_leaks\.c:[0-9]+\)$' "$mode: leak_node site"
   expect "$work/err" '^ +4096 +1  4096$' "$mode: by size, 4096"
   expect "$work/err" '^ +128 +2  64$' "$mode: by size, 64"
   refuse "$work/err" 'allocate_for_other|free_for_other|^ +(200|300|3200) ' "$mode: freed blocks"
@@ -43,7 +43,7 @@ expect "$work/err" '^shoal: leak report: 3 blocks \(4224 bytes\) still allocated
 # To a file: the report there, one line on stderr.
 SHOAL_LEAKS=all SHOAL_LEAKS_FILE="$work/leaks.txt" "$leaks_program" 2>"$work/err"
 expect "$work/leaks.txt" '^shoal: leak report: 3 blocks \(4224 bytes\)' "file: summary"
-expect "$work/leaks.txt" 'make_cache\+' "file: site"
+expect "$work/leaks.txt" 'make_cache \(' "file: site"
 expect "$work/err" "^shoal: leak report: 3 blocks, 4224 bytes; written to $work/leaks.txt\$" "file: stderr line"
 [ "$(wc -l <"$work/err")" -eq 1 ] || fail "file: more than one line on stderr"
 
@@ -54,8 +54,8 @@ expect "$work/err" '^shoal: leak report: [0-9]+ blocks \([0-9]+ bytes of blocks\
 expect "$work/err" '^ +4096 +1  4096$' "sampled: by block size, 4096"
 expect "$work/err" '^ +128 +2  64$' "sampled: by block size, 64"
 SHOAL_LEAKS=1 SHOAL_LEAKS_SAMPLE=1 "$leaks_program" 2>"$work/err"
-expect "$work/err" '^ +4096 +1  make_cache\+' "every byte sampled: make_cache site"
-expect "$work/err" '^ +128 +2  leak_node\+' "every byte sampled: leak_node site"
+expect "$work/err" '^ +4096 +1  make_cache \(' "every byte sampled: make_cache site"
+expect "$work/err" '^ +128 +2  leak_node \(' "every byte sampled: leak_node site"
 
 # Nothing asked, nothing said.
 "$leaks_program" 2>"$work/err"
@@ -67,11 +67,11 @@ expect "$work/err" '^shoal: warning: SHOAL_LEAKS=maybe is not a valid value' "ba
 SHOAL_CONTENTION="$work/contention.txt" "$contention_program" 2>"$work/err"
 expect "$work/contention.txt" '^# shoal contention log: [0-9]+ events at [0-9]+ call sites' "log: header"
 first=$(grep -v '^#' "$work/contention.txt" | head -1)
-[[ "$first" =~ ^\ +[0-9]+\ +remote\ free\ +consume_item\+0x[0-9a-f]+\ \(test_diag_contention\)$ ]] ||
+[[ "$first" =~ ^\ +[0-9]+\ +remote\ free\ +consume_item\ \(diag_contention\.c:[0-9]+\)$ ]] ||
   fail "log: most frequent is not the remote free in consume_item: '$first'"
-expect "$work/contention.txt" 'slow path +produce_item\+' "log: slow path in produce_item"
+expect "$work/contention.txt" 'slow path +produce_item \(diag_contention\.c:[0-9]+\)' "log: slow path in produce_item"
 expect "$work/err" "^shoal: contention: [0-9]+ events at [0-9]+ call sites; log in $work/contention.txt\$" "stderr: summary"
-expect "$work/err" '^shoal:   [0-9]+ remote frees at consume_item\+' "stderr: top site"
+expect "$work/err" '^shoal:   [0-9]+ remote frees at consume_item \(diag_contention\.c:[0-9]+\)' "stderr: top site"
 [ "$(grep -c '^shoal:   ' "$work/err")" -le 3 ] || fail "stderr: more than three sites"
 
 # The trace records every call, in order, with its thread.

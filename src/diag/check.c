@@ -93,6 +93,9 @@ static void report_line(const char *kind, const char *function, const void *p,
 static void report(const char *kind, const char *function, const void *p,
                    const block_record_t *record, const char *detail, const site_t *site) {
   bool abort_now = option(SHOAL_OPTION_ABORT_ON_ERROR) != 0;
+  if (strstr(kind, "overrun") != NULL || strstr(kind, "underrun") != NULL ||
+      strcmp(kind, "write after free") == 0)
+    frame_names_plain("the heap may be damaged");
   report_line(kind, function, p, record, detail, site, abort_now ? "" : " (ignored)");
   if (abort_now) os_abort();
 }
@@ -609,6 +612,7 @@ static void check_fault(const void *address, const char *access, const void *ins
    * faulting instruction itself. */
   if (instruction != NULL) site.frames[0] = (const uint8_t *)instruction + 1;
   bool abort_on = option(SHOAL_OPTION_ABORT_ON_ERROR) != 0;
+  frame_names_plain("in a signal handler");
   report_line(kind, access, user, id == 0 ? NULL : &record, detail, &site,
               abort_on ? "" : " (a fault cannot be ignored)");
   os_abort();

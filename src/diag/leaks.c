@@ -414,6 +414,7 @@ void leaks_report(void) {
                "shoal: leak report: not counted: %zu block%s (%zu bytes) the C/C++ runtime keeps "
                "for itself",
                runtime_blocks, runtime_blocks == 1 ? "" : "s", runtime_bytes);
+  site_notes_write(fd);
   if (fd != 2) {
     os_close(fd);
     diag_write(2, "shoal: leak report: %zu blocks, %zu bytes; written to %s", blocks, bytes, path);

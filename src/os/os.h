@@ -71,5 +71,14 @@ void os_unmap_file(const void *address, size_t size);
 /* The target of a symbolic link (/proc/self/exe), NUL-terminated, truncated
  * to capacity; its length, 0 when it cannot be read. */
 size_t os_read_link(const char *path, char *out, size_t capacity);
+/* A file opened for reading (close-on-exec), -1 when it cannot be; errno
+ * is kept. The caller closes it, or hands it to a library that will. */
+int os_open_read(const char *path);
+/* The calling thread's stack: [*low, *high), every byte of [sp, *high)
+ * readable for any sp of this thread inside it. From the thread's
+ * attributes (for the main thread glibc reads /proc/self/maps), else, for
+ * the main thread, from the start-up stack end and RLIMIT_STACK. May
+ * allocate: not from a signal handler. False when unknown. */
+bool os_thread_stack(uintptr_t *low, uintptr_t *high);
 
 #endif /* SHOAL_OS_H */
