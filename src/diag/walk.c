@@ -138,6 +138,7 @@ typedef struct site_walk_s {
   bool matched;       /* the caller's frame was reached */
   bool full;          /* site has SITE_FRAMES frames */
   bool in_signal;     /* a signal frame was crossed: this is a handler */
+  uintptr_t first_pc; /* the unwinder's first frame (site_capture's own) */
   frame_state_t last; /* the unwinder's last frame */
 } site_walk_t;
 
@@ -153,7 +154,7 @@ static _Unwind_Reason_Code unwind_step(struct _Unwind_Context *context, void *ar
   site_walk_t *walk = argument;
   int before_instruction = 0;
   uintptr_t pc = (uintptr_t)unwinder.get_ip_info(context, &before_instruction);
-  walk->seen++;
+  if (walk->seen++ == 0) walk->first_pc = pc;
   if (before_instruction) walk->in_signal = true;
   if (!walk->matched) {
     if (pc != (uintptr_t)walk->caller)
@@ -191,8 +192,11 @@ typedef struct code_ranges_s {
 
 /* What the walk may read outside the stack: the executable segments of
  * every loaded object (code), and all their loaded segments (image: the
- * function pointers an indirect call reads). Read afresh for each walk
- * that needs them, as a library may have come or gone. */
+ * function pointers an indirect call reads). Taken once, when the unwinder
+ * is loaded (loaded_objects): dl_iterate_phdr takes the loader's lock, and
+ * a fork in a signal handler while one thread walked would leave the
+ * child's lock held for ever. A library loaded later is not walked
+ * through; one unloaded since is caught by object_still_loaded. */
 typedef struct loaded_s {
   code_ranges_t code, image;
   code_ranges_t program; /* the code of the program itself (the first object) */
@@ -243,6 +247,16 @@ static size_t ranges_normalise(code_range_t *ranges, size_t count) {
     }
   }
   return kept;
+}
+
+static loaded_t *loaded_objects; /* set before unwinder_ready */
+
+/* glibc 2.35's lock-free lookup: whether an address is still inside a
+ * loaded object (a range of the snapshot may have been unloaded). */
+#pragma weak _dl_find_object
+static bool object_still_loaded(uintptr_t address) {
+  struct dl_find_object found;
+  return _dl_find_object == NULL || _dl_find_object((void *)address, &found) == 0;
 }
 
 /* Whether [from, to) is code of one loaded object. */
@@ -311,7 +325,9 @@ static bool target_fits(uintptr_t target, uintptr_t callee_start, uintptr_t call
 static return_kind_t return_address_kind(const loaded_t *loaded, uintptr_t address,
                                          uintptr_t callee_start, uintptr_t callee_pc,
                                          uintptr_t *target) {
-  if (address < 8 || !code_holds(&loaded->code, address - 7, address)) return RETURN_NONE;
+  if (address < 8 || !code_holds(&loaded->code, address - 7, address) ||
+      !object_still_loaded(address - 7))
+    return RETURN_NONE;
   const uint8_t *end = (const uint8_t *)address;
   if (end[-5] == 0xE8) { /* call rel32 */
     int32_t relative;
@@ -325,7 +341,8 @@ static return_kind_t return_address_kind(const loaded_t *loaded, uintptr_t addre
     int32_t relative;
     memcpy(&relative, end - 4, sizeof relative);
     uintptr_t slot = address + (uintptr_t)(intptr_t)relative, pointer;
-    if (slot % sizeof pointer == 0 && code_holds(&loaded->image, slot, slot + sizeof pointer)) {
+    if (slot % sizeof pointer == 0 && code_holds(&loaded->image, slot, slot + sizeof pointer) &&
+        object_still_loaded(slot)) {
       memcpy(&pointer, (const void *)slot, sizeof pointer);
       if (callee_start != 0 && pointer == callee_start) return RETURN_VERIFIED;
       if (callee_start != 0) return RETURN_NONE;
@@ -404,6 +421,7 @@ static bool signal_return(const loaded_t *loaded, uintptr_t address, uintptr_t s
 #if defined(__x86_64__)
   static const uint8_t sigreturn[] = {0x48, 0xC7, 0xC0, 0x0F, 0x00, 0x00, 0x00, 0x0F, 0x05};
   if (!code_holds(&loaded->code, address, address + sizeof sigreturn) ||
+      !object_still_loaded(address) ||
       memcmp((const void *)address, sigreturn, sizeof sigreturn) != 0)
     return false;
   uintptr_t context = slot + sizeof(uintptr_t);
@@ -494,25 +512,20 @@ static void stack_walk(site_walk_t *walk, bool from_caller_word) {
     walk->last = (frame_state_t){(uintptr_t)walk->caller, slot + sizeof(uintptr_t), 0};
     if (!site_keep(walk, walk->last.pc)) return;
   }
-  loaded_t loaded;
-  loaded.code.count = loaded.image.count = loaded.program.count = 0;
-  loaded.program_seen = false;
-  dl_iterate_phdr(collect_loaded, &loaded);
-  loaded.code.count = ranges_normalise(loaded.code.ranges, loaded.code.count);
-  loaded.image.count = ranges_normalise(loaded.image.ranges, loaded.image.count);
-  loaded.program.count = ranges_normalise(loaded.program.ranges, loaded.program.count);
+  const loaded_t *loaded = loaded_objects;
+  if (loaded == NULL) return;
   frame_state_t frame = walk->last;
   char bases[3 * sizeof(void *)];
   while (!walk->full) {
     frame_state_t caller;
-    if (!stack_step(&loaded, &frame, high, &caller)) {
+    if (!stack_step(loaded, &frame, high, &caller)) {
       if (high - frame.sp > SCAN_REACH) site_note(SITE_NOTE_WALK_STOPPED);
       return;
     }
     if (!site_keep(walk, caller.pc)) return;
     /* Into a library's code with tables: the C library's start of main or
      * of a thread, where the program's stack ends. */
-    if (!code_holds(&loaded.program, caller.pc - 1, caller.pc) &&
+    if (!code_holds(&loaded->program, caller.pc - 1, caller.pc) &&
         unwinder.find_fde((void *)(caller.pc - 1), bases) != NULL)
       return;
     frame = caller;
@@ -552,7 +565,7 @@ void site_capture(site_t *site, caller_t caller) {
   walk.caller = caller;
   unwinder.backtrace(unwind_step, &walk);
   char bases[3 * sizeof(void *)];
-  if (!walk.matched)
+  if (!walk.matched && unwinder.find_fde((void *)(walk.first_pc - 1), bases) == NULL)
     stack_walk(&walk, true);
   else if (!walk.full && unwinder.find_fde((void *)(walk.last.pc - 1), bases) == NULL)
     stack_walk(&walk, false);
@@ -654,6 +667,17 @@ static void program_functions_load(void) {
   program_function_count = count;
 }
 
+static void loaded_objects_load(void) {
+  size_t bytes = (sizeof(loaded_t) + os_page_size() - 1) & ~(os_page_size() - 1);
+  loaded_t *loaded = os_map_aligned(bytes, os_page_size());
+  if (loaded == NULL) return;
+  dl_iterate_phdr(collect_loaded, loaded);
+  loaded->code.count = ranges_normalise(loaded->code.ranges, loaded->code.count);
+  loaded->image.count = ranges_normalise(loaded->image.ranges, loaded->image.count);
+  loaded->program.count = ranges_normalise(loaded->program.ranges, loaded->program.count);
+  loaded_objects = loaded;
+}
+
 static void skip_ranges_load(void) {
   size_t bytes = SKIP_RANGES_MAX * sizeof(code_range_t);
   code_range_t *ranges = os_map_aligned(bytes, os_page_size());
@@ -709,6 +733,8 @@ static void unwinder_load(void) {
       return;
     }
   }
+  loaded_objects_load();
+  if (loaded_objects == NULL) return;
   skip_ranges_load();
   program_functions_load();
   unwinder = found;
