@@ -529,7 +529,7 @@ static size_t describe(uintptr_t address, char *out, size_t capacity) {
     file = libdw.linesrc(line, NULL, NULL);
   if (file == NULL) {
     const char *shown = base_name(path);
-    note_missing(path, shown[0] != '\0' ? shown : "the program", false);
+    if (shown[0] != '\0') note_missing(path, shown, false); /* else in no object at all */
     return 0;
   }
   char name[NAME_MAX_LENGTH];
