@@ -152,6 +152,17 @@ if [ -n "$fpc" ] && [ -n "$build" ] && [ "$(uname -m)" = x86_64 ]; then
     expect "$work/err" "  $(at main main_create)" "pascal: the main program"
     refuse "$work/err" 'ShoalGetMem|SHOALMM|fpc_|SYSTEM' "pascal: ShoalMM's or the RTL's frames"
   fi
+  # Without -gl fpc strips the program: no names, no made-up callers, and why.
+  mkdir "$work/stripped-pascal"
+  if "$fpc" -O2 -Fu"$2/pascal" -Fl"$build" -FU"$work/stripped-pascal" -FE"$work/stripped-pascal" \
+      "$sources/stacks_pas.pas" >"$work/fpc.log" 2>&1; then
+    SHOAL_LEAKS=all "$work/stripped-pascal/stacks_pas" 2>"$work/err"
+    expect_re "$work/err" '^ +1279 +8  0x[0-9a-f]+ \(stacks_pas\+0x[0-9a-f]+\)$' "pascal without -gl: one frame"
+    expect "$work/err" "shoal: call stacks: no symbol table in stacks_pas (stripped)" "pascal without -gl: the note"
+  else
+    fail "pascal without -gl: does not build"
+    cat "$work/fpc.log"
+  fi
 fi
 
 if [ "$failures" -ne 0 ]; then

@@ -448,6 +448,10 @@ static bool signal_return(const loaded_t *loaded, uintptr_t address, uintptr_t s
 static bool stack_step(const loaded_t *loaded, const frame_state_t *frame, uintptr_t high,
                        frame_state_t *caller) {
   uintptr_t callee_pc = frame->pc - 1, callee_start = function_start_of(callee_pc);
+  /* The program stripped of its symbol table (as fpc links without -g):
+   * no function's start to hold a return address to, and stale words pass
+   * the weaker test; better no callers than made-up ones. */
+  if (callee_start == 0 && code_holds(&loaded->program, callee_pc, callee_pc + 1)) return false;
   bool fp_plausible = frame->fp % sizeof(uintptr_t) == 0 && frame->fp >= frame->sp &&
                       frame->fp < high && high - frame->fp >= 2 * sizeof(uintptr_t);
   uintptr_t fp_slot = fp_plausible ? frame->fp + sizeof(uintptr_t) : 0;
