@@ -9,7 +9,7 @@
  * program with no diagnostic maps nothing more:
  *
  *   frame_name(return address)
- *     cache_find        once per distinct address: the text kept in memory
+ *     cache_slot        once per distinct address: the text kept in memory
  *                       mapped from the OS (names_lock)
  *     libdw_load        dlopen + dlsym, once; the C++ demangler with it
  *     module_for        dladdr1: the object and its load bias; reported to
