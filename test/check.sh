@@ -105,8 +105,9 @@ check_fault() {
   if [ "$allocated_in" = - ]; then
     [[ "$message" != *"; allocated at "* ]] ||
       fail "$label: an allocation site for a pointer shoal never handed out: $message"
-  elif [[ "$message" != *"; allocated at $allocated_in+0x"* ]]; then
-    fail "$label: the line does not say 'allocated at $allocated_in+0x...': $message"
+  elif [[ "$message" != *"; allocated at $allocated_in+0x"* &&
+          "$message" != *"; allocated at $allocated_in ("*":"* ]]; then
+    fail "$label: the line does not say 'allocated at $allocated_in+0x...' (or '$allocated_in (file:line)'): $message"
   fi
   if [ "$freed" = freed ]; then
     [[ "$message" == *"; freed at "?*"; called at "* ]] ||
@@ -114,7 +115,8 @@ check_fault() {
   else
     [[ "$message" != *"; freed at "* ]] || fail "$label: 'freed at' for a live block: $message"
   fi
-  [[ "$message" =~ \;\ called\ at\ [A-Za-z_][A-Za-z0-9_.]*\+0x[0-9a-f]+\  ]] ||
+  # function+0xOFF (object), or with debug information function (file:line)
+  [[ "$message" =~ \;\ called\ at\ [A-Za-z_][A-Za-z0-9_.]*(\+0x[0-9a-f]+|\ \([^:\ ]+:[0-9]+\))\  ]] ||
     fail "$label: the line does not name the calling function: $message"
   if [ -n "$ending" ]; then
     [[ "$message" == *"$ending" ]] || fail "$label: the line does not end in '$ending': $message"

@@ -86,7 +86,7 @@ static void report_line(const char *kind, const char *function, const void *p,
     }
   }
   site_format(site, called, sizeof called);
-  function = function_as_called(function, site->frames[0]);
+  function = function_as_called(function, site->entry);
   output_error_line("shoal: %s: %s(%p)%s%s%s; called at %s%s", kind, function, p, detail, allocated,
                     freed, called, ending);
 }
@@ -94,6 +94,9 @@ static void report_line(const char *kind, const char *function, const void *p,
 static void report(const char *kind, const char *function, const void *p,
                    const block_record_t *record, const char *detail, const site_t *site) {
   bool abort_now = option(SHOAL_OPTION_ABORT_ON_ERROR) != 0;
+  if (strstr(kind, "overrun") != NULL || strstr(kind, "underrun") != NULL ||
+      strcmp(kind, "write after free") == 0)
+    frame_names_plain("the heap may be damaged");
   report_line(kind, function, p, record, detail, site, abort_now ? "" : " (ignored)");
   if (abort_now) os_abort();
 }
@@ -344,20 +347,24 @@ static bool find_block(const void *p, const char *function, const site_t *site, 
       report("invalid pointer", function, p, NULL, ": not a block shoal allocated", site);
     return false;
   }
+  /* These two leave the heap as it was: reported with the shard unlocked
+   * (from a copy of the record), so that frames get their files and lines. */
   if (p != block->user) {
     bool misaligned = ((uintptr_t)p & 15) != 0;
     snprintf(detail, sizeof detail, ": %s%td bytes into a %zu-byte block at %p",
              misaligned ? "not 16-byte aligned, " : "points ", (const uint8_t *)p - block->user,
              record->size, (void *)block->user);
-    report(misaligned ? "misaligned pointer" : "pointer inside a block", function, p, record,
-           detail, site);
+    block_record_t copy = *record;
     records_unlock(block->shard);
+    report(misaligned ? "misaligned pointer" : "pointer inside a block", function, p, &copy, detail,
+           site);
     return false;
   }
   if (record->state == RECORD_QUARANTINED) {
     snprintf(detail, sizeof detail, ": the %zu-byte block was already freed", record->size);
-    report(free_call ? "double free" : "use after free", function, p, record, detail, site);
+    block_record_t copy = *record;
     records_unlock(block->shard);
+    report(free_call ? "double free" : "use after free", function, p, &copy, detail, site);
     return false;
   }
   if (record->inaccessible != 0) return true; /* malloc(0)'s: no header, no guards */
@@ -610,6 +617,7 @@ static void check_fault(const void *address, const char *access, const void *ins
    * faulting instruction itself. */
   if (instruction != NULL) site.frames[0] = (const uint8_t *)instruction + 1;
   bool abort_on = option(SHOAL_OPTION_ABORT_ON_ERROR) != 0;
+  frame_names_plain("in a signal handler");
   report_line(kind, access, user, id == 0 ? NULL : &record, detail, &site,
               abort_on ? "" : " (a fault cannot be ignored)");
   os_abort();

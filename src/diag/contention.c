@@ -104,4 +104,5 @@ void contention_report(void) {
   size_t dropped = atomic_load_explicit(&contention_dropped, memory_order_relaxed);
   if (dropped != 0)
     output_report_line("%12zu  events at stacks the table had no room for", dropped);
+  site_notes_write();
 }

@@ -1,5 +1,6 @@
 /* diag.c — the diagnostics' way in: which modes are on, the interposition
- * around the core, call sites, the contention log, and the reports at exit.
+ * around the core, the contention log, and the reports at exit (call sites
+ * are walk.c's).
  *
  * Leak tracking, checked mode and the contention log must see every malloc
  * and free, yet cost nothing when off. They get there without a test on the
@@ -13,28 +14,15 @@
 #include "diag/diag.h"
 #include "diag/trace_format.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unwind.h>
-
-/* The unwinder is libgcc's. Bound here when the program has it (C++ does);
- * otherwise loaded when a diagnostic that names call sites starts
- * (diag_load_unwinder): linking libgcc_s into every process cost 100 KiB of
- * resident memory. Without it, call sites have one frame. */
-#pragma weak _Unwind_Backtrace
-#pragma weak _Unwind_GetIP
-typedef _Unwind_Reason_Code (*unwind_backtrace_fn)(_Unwind_Trace_Fn, void *);
-typedef _Unwind_Ptr (*unwind_get_ip_fn)(struct _Unwind_Context *);
-static _Atomic(unwind_backtrace_fn) unwind_backtrace;
-static _Atomic(unwind_get_ip_fn) unwind_get_ip;
-size_t unwinder_live[SHOAL_STATS_SIZE_CLASSES];
 
 _Atomic(int) diag_modes;
 __attribute__((tls_model("initial-exec"))) _Thread_local bool diag_inside;
+__attribute__((tls_model("initial-exec"))) _Thread_local int diag_locks_held;
 
 /* ---- entering and leaving the core ---- */
 
@@ -67,56 +55,6 @@ int diag_open_output(const char *path) {
   int fd = os_open_output(path);
   if (fd < 0) message("cannot write %s: %s", path, strerror(errno));
   return fd;
-}
-
-/* ---- call sites ---- */
-
-typedef struct unwind_walk_s {
-  site_t *site;
-  int stored;  /* frames written; 0 until the caller's frame is reached */
-  int skipped; /* shoal's own frames (and a signal trampoline or two) */
-} unwind_walk_t;
-
-static _Unwind_Reason_Code unwind_step(struct _Unwind_Context *context, void *argument) {
-  unwind_walk_t *walk = argument;
-  unwind_get_ip_fn get_ip = atomic_load_explicit(&unwind_get_ip, memory_order_relaxed);
-  const void *ip = (const void *)get_ip(context);
-  if (walk->stored == 0) {
-    if (ip == walk->site->frames[0]) walk->stored = 1;
-    return ++walk->skipped > 32 ? _URC_END_OF_STACK : _URC_NO_REASON;
-  }
-  walk->site->frames[walk->stored++] = ip;
-  return walk->stored == SITE_FRAMES ? _URC_END_OF_STACK : _URC_NO_REASON;
-}
-
-/* The frames from the exported function's caller outwards: unwind, skip
- * until the return address the entry point saw, keep what follows. */
-void site_capture(site_t *site, caller_t caller) {
-  memset(site, 0, sizeof *site);
-  site->frames[0] = caller;
-  unwind_backtrace_fn backtrace = atomic_load_explicit(&unwind_backtrace, memory_order_acquire);
-  if (backtrace == NULL) return;
-  unwind_walk_t walk = {site, 0, 0};
-  backtrace(unwind_step, &walk);
-  if (walk.stored == 0) memset(&site->frames[1], 0, sizeof site->frames - sizeof site->frames[0]);
-}
-
-/* A return address points after the call; name the call itself. */
-static size_t frame_format(const void *frame, char *out, size_t capacity) {
-  return symbol_name((const uint8_t *)frame - 1, out, capacity);
-}
-
-size_t site_format(const site_t *site, char *out, size_t capacity) {
-  size_t length = 0;
-  out[0] = '\0';
-  for (int i = 0; i < SITE_FRAMES && site->frames[i] != NULL && length + 8 < capacity; i++) {
-    if (i > 0) length += (size_t)snprintf(out + length, capacity - length, " <- ");
-    if (length >= capacity) break;
-    size_t name = length;
-    length += frame_format(site->frames[i], out + length, capacity - length);
-    if (strncmp(out + name, "main+", 5) == 0) break; /* what calls main is noise */
-  }
-  return length < capacity ? length : capacity - 1;
 }
 
 /* The memory function by the name the program called: a Pascal program
@@ -336,35 +274,6 @@ void diag_start(void) {
             (modes & DIAG_TRACE) ? " trace" : "");
 }
 
-/* Called once the library is initialised (its constructor), never from
- * inside an allocation: dlopen allocates, and takes the loader's lock. */
-void diag_load_unwinder(void) {
-  if (!(diag_mode() & (DIAG_LEAKS | DIAG_CHECK | DIAG_CONTENTION))) return;
-  if (atomic_load_explicit(&unwind_backtrace, memory_order_acquire) != NULL) return; /* loaded */
-  unwind_backtrace_fn backtrace = NULL;
-  unwind_get_ip_fn get_ip = NULL;
-  if (_Unwind_Backtrace != NULL && _Unwind_GetIP != NULL) {
-    backtrace = _Unwind_Backtrace;
-    get_ip = _Unwind_GetIP;
-  } else {
-    /* What the loader keeps of this is the runtime's, not the program's:
-     * the sampled leak report leaves it out of its counts. */
-    static shoal_stats_t before, after;
-    stats_fill(&before);
-    void *libgcc = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL);
-    stats_fill(&after);
-    for (size_t i = 0; i < SHOAL_STATS_SIZE_CLASSES; i++)
-      if (after.classes[i].live > before.classes[i].live)
-        unwinder_live[i] = after.classes[i].live - before.classes[i].live;
-    if (libgcc == NULL) return;
-    *(void **)&backtrace = dlsym(libgcc, "_Unwind_Backtrace");
-    *(void **)&get_ip = dlsym(libgcc, "_Unwind_GetIP");
-    if (backtrace == NULL || get_ip == NULL) return;
-  }
-  atomic_store_explicit(&unwind_get_ip, get_ip, memory_order_relaxed);
-  atomic_store_explicit(&unwind_backtrace, backtrace, memory_order_release);
-}
-
 /* From the program (shoal_leak_report_at_exit), outside any allocation:
  * as SHOAL_LEAKS=all would have from the start. This thread's heap is put
  * aside at once; a thread started later parks its heap at its first call;
@@ -414,5 +323,6 @@ __attribute__((destructor(101))) static void diag_at_exit(void) {
   if ((modes & DIAG_LEAKS) && !atomic_load_explicit(&leak_report_off, memory_order_relaxed))
     leaks_report();
   if (modes & DIAG_CONTENTION) contention_report();
+  frame_names_release();
   core_leave(modes);
 }

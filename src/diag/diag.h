@@ -2,14 +2,18 @@
  * modes, the interposed calls) and what its files share (call sites, the
  * table of tracked blocks, each mode's entry points).
  *
- *   diag.c     modes, the interposition around the core, call sites, the
- *              reports at exit
+ *   diag.c     modes, the interposition around the core, the reports at
+ *              exit
+ *   walk.c     call sites: the stack walked through code with or without
+ *              unwind tables, ShoalMM's and the Pascal RTL's frames left out
  *   contention.c  the contention log: events by call stack and function
  *   output.c   where the reports go: stderr, or a file and a summary
  *   leaks.c    the table of tracked blocks and the leak report
  *   check.c    checked mode: guards, patterns, quarantine, error reports
  *   trace.c    SHOAL_TRACE: every call recorded (trace_format.h)
  *   symbols.c  names for code addresses (dladdr and the ELF .symtab)
+ *   lines.c    functions, files and lines from debug information (libdw,
+ *              loaded when a report first needs it), cached per address
  *   report.c   SHOAL_STATS: the core's figures printed at exit
  *
  * Diagnostics code runs with diag_inside set and thread_heap restored, so
@@ -33,7 +37,7 @@ static inline bool diag_interposes(void) {
 }
 /* Once, after process_init: reads the modes, fills core_hooks. */
 void diag_start(void);
-void diag_load_unwinder(void); /* from the constructor: names call sites in full */
+void diag_load_unwinder(void); /* from the constructor: call sites walked in full (walk.c) */
 void diag_collect(void);       /* shoal_collect(true): checked mode empties its quarantine */
 void *diag_malloc(size_t size, size_t alignment, caller_t caller);
 void diag_free(void *p, size_t size_hint, caller_t caller);
@@ -50,6 +54,48 @@ size_t diag_usable_size(const void *p, const char *function, caller_t caller);
  * .symtab when it has one. C++ names stay mangled. */
 size_t symbol_name(const void *address, char *out, size_t capacity);
 
+/* [start, end) of some code, run-time addresses. */
+typedef struct code_range_s {
+  uintptr_t start, end;
+} code_range_t;
+/* The functions of the program (not of its libraries) whose .symtab name
+ * `wanted` accepts, at most capacity of them, unsorted. Maps the file for
+ * the call; nothing allocated. */
+size_t symbol_program_ranges(bool (*wanted)(const char *name), code_range_t *out, size_t capacity);
+
+/* ---- lines.c: frames named from debug information ----
+ * "function (file:line)" for a return address when its object has DWARF
+ * line information and libdw can be loaded, else symbol_name's form for the
+ * call instruction. Once per distinct address (a cache). Allocates through
+ * the core (diag_inside must be set) unless told not to below. */
+size_t frame_name(const void *return_address, char *out, size_t capacity);
+/* From now on frames are named from symbol tables only (nothing allocated,
+ * no loader lock taken): the heap may be damaged, or this is a signal
+ * handler. `why` ends the report's note. */
+void frame_names_plain(const char *why);
+/* Let go of libdw's memory once the reports at exit are written. */
+void frame_names_release(void);
+/* For the note line: why names are plain, and which objects lacked debug
+ * information or symbols ("no debug information in prog (build with -g)");
+ * each returns the length written. */
+size_t frame_names_plain_reason(char *out, size_t capacity);
+size_t frame_names_missing_info(char *out, size_t capacity, bool after_another);
+
+/* ---- why a report's call stacks say less than they might ----
+ * Each reason noted once, by the walker or the namer; site_notes_write
+ * gives them as one line, "shoal: call stacks: ...", after a report. */
+enum {
+  SITE_NOTE_NO_UNWINDER = 1,    /* libgcc_s could not be loaded: one frame */
+  SITE_NOTE_STACK_UNKNOWN = 2,  /* a frame on a stack whose bounds are unknown */
+  SITE_NOTE_WALK_STOPPED = 4,   /* no caller found past code without unwind tables */
+  SITE_NOTE_NO_LIBDW = 8,       /* libdw.so.1 could not be loaded: no files, lines */
+  SITE_NOTE_NO_DEBUG_INFO = 16, /* a program object without DWARF (lines.c names it) */
+  SITE_NOTE_NO_SYMBOLS = 32,    /* a program object without a symbol table (stripped) */
+  SITE_NOTE_PLAIN = 64,         /* frame_names_plain: symbol tables only */
+};
+void site_note(int note);
+void site_notes_write(void);
+
 enum {
   DIAG_LEAKS = 1,      /* SHOAL_LEAKS: sampled blocks are tracked */
   DIAG_LEAKS_ALL = 2,  /* SHOAL_LEAKS=all: every block is tracked */
@@ -62,16 +108,21 @@ static inline int diag_mode(void) {
   return atomic_load_explicit(&diag_modes, memory_order_relaxed);
 }
 
-/* ---- call sites (diag.c) ---- */
-#define SITE_FRAMES 5
-/* frames[0] is the return address of the exported function that was
- * called; the rest are its callers when the unwinder could find them. */
+/* ---- call sites (walk.c) ---- */
+#define SITE_FRAMES 8
+/* frames[0] is the return address into the program's code that called
+ * malloc (or GetMem, New, SetLength... past ShoalMM's and the Free Pascal
+ * RTL's own frames); the rest are its callers, as far as the walker could
+ * follow them. Unused entries are NULL. */
 typedef struct site_s {
   const void *frames[SITE_FRAMES];
+  caller_t entry; /* the return address the exported function saw (ShoalMM's
+                     hook, for Pascal): names the memory function called */
 } site_t;
 
 void site_capture(site_t *site, caller_t caller);
-/* "f+0x1c (prog) <- main+0x40 (prog)" into out; returns the length. */
+/* "f (prog.c:12) <- main (prog.c:40)", or without debug information
+ * "f+0x1c (prog) <- main+0x40 (prog)", into out; returns the length. */
 size_t site_format(const site_t *site, char *out, size_t capacity);
 /* "GetMem" for "malloc" when caller is ShoalMM's GetMem hook, and so on:
  * the memory function as the program called it. Reads symbols: reports only. */
@@ -101,11 +152,15 @@ int diag_open_output(const char *path); /* a report's file, or -1 after saying w
  * lock.c's, noted in hand, and registered for fork at start-up: a fork from
  * a signal handler that interrupted this thread inside a diagnostic does not
  * wait for the lock the thread itself holds. */
+extern _Thread_local int diag_locks_held; /* by this thread: no dlopen meanwhile (lines.c) */
+
 static inline void diag_lock(shoal_lock_t *lock) {
   lock_acquire(lock);
+  diag_locks_held++;
 }
 
 static inline void diag_unlock(shoal_lock_t *lock) {
+  diag_locks_held--;
   lock_release(lock);
 }
 

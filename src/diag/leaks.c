@@ -529,5 +529,6 @@ void leaks_report(void) {
         "shoal: leak report: not counted: %zu block%s (%zu bytes) the C/C++ runtime keeps "
         "for itself",
         runtime_blocks, runtime_blocks == 1 ? "" : "s", runtime_bytes);
+  site_notes_write();
   os_unmap(list.items, map_bytes);
 }

@@ -34,6 +34,9 @@
 #include <elf.h>
 #include <link.h>
 #include <string.h>
+#include <sys/auxv.h>
+
+#include "diag/diag.h"
 
 enum {
   OBJECT_CACHE_SLOTS = 8, /* objects whose files stay mapped until exit */
@@ -220,15 +223,19 @@ static void object_open(symbol_object_t *object, const char *path, uintptr_t bia
   object->bias = bias;
   object->path_hash = path_hash(path);
   const char *file_path = path;
+  const char *started = (const char *)getauxval(AT_EXECFN); /* the path exec was given */
   if (path[0] == '\0') {
     char exe[EXE_PATH_MAX];
     file_path = "/proc/self/exe";
-    if (os_read_link(file_path, exe, sizeof exe) == 0) memcpy(exe, "main", sizeof "main");
-    copy_base_name(object->shown, sizeof object->shown, exe);
+    if (os_read_link(file_path, exe, sizeof exe) == 0)
+      memcpy(exe, started != NULL ? "" : "main", started != NULL ? 1 : sizeof "main");
+    copy_base_name(object->shown, sizeof object->shown, exe[0] != '\0' ? exe : started);
   } else {
     copy_base_name(object->shown, sizeof object->shown, path);
   }
   object->file = os_map_file(file_path, &object->file_size);
+  if (object->file == NULL && path[0] == '\0' && started != NULL) /* no /proc */
+    object->file = os_map_file(started, &object->file_size);
   if (object->file == NULL) return;
   if (object->file_size < sizeof(elf_header_t) ||
       !header_is_native((const elf_header_t *)(const void *)object->file) ||
@@ -345,4 +352,47 @@ size_t symbol_name(const void *address, char *out, size_t capacity) {
     object_close(&object);
   }
   return text.length;
+}
+
+/* ---- the program's functions by name ---- */
+
+typedef struct program_lookup_s {
+  uintptr_t bias;
+  const void *base; /* the ELF header in memory, when its segment starts the file */
+  bool found;
+} program_lookup_t;
+
+/* The first object dl_iterate_phdr reports is the program. */
+static int program_found(struct dl_phdr_info *info, size_t size, void *argument) {
+  (void)size;
+  program_lookup_t *lookup = argument;
+  lookup->bias = (uintptr_t)info->dlpi_addr;
+  for (size_t i = 0; i < info->dlpi_phnum; i++)
+    if (info->dlpi_phdr[i].p_type == PT_LOAD && info->dlpi_phdr[i].p_offset == 0) {
+      lookup->base = (const void *)(lookup->bias + info->dlpi_phdr[i].p_vaddr);
+      break;
+    }
+  lookup->found = true;
+  return 1;
+}
+
+size_t symbol_program_ranges(bool (*wanted)(const char *name), code_range_t *out, size_t capacity) {
+  program_lookup_t lookup = {0, NULL, false};
+  dl_iterate_phdr(program_found, &lookup);
+  if (!lookup.found || lookup.base == NULL) return 0;
+  symbol_object_t object;
+  object_open(&object, "", lookup.bias, lookup.base);
+  size_t count = 0;
+  for (size_t i = 0; i < object.symbol_count && count < capacity; i++) {
+    const elf_symbol_t *symbol = &object.symbols[i];
+    unsigned type = ELF64_ST_TYPE(symbol->st_info);
+    if (type != STT_FUNC || symbol->st_shndx == SHN_UNDEF || symbol->st_size == 0) continue;
+    const char *name = symbol_name_of(&object, symbol);
+    if (name == NULL || !wanted(name)) continue;
+    out[count].start = symbol->st_value + object.bias;
+    out[count].end = out[count].start + symbol->st_size;
+    count++;
+  }
+  object_close(&object);
+  return count;
 }

@@ -10,11 +10,13 @@
 #include <fcntl.h>
 #include <string.h>
 #include <linux/futex.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -376,4 +378,42 @@ bool os_read_memory(const void *address, void *out, size_t size) {
   if (copied < 0 && errno != EFAULT) read = read_memory_through_pipe(address, out, size);
   errno = saved;
   return read;
+}
+
+int os_open_read(const char *path) {
+  int saved = errno;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  errno = saved;
+  return fd;
+}
+
+/* glibc's: the stack pointer at process start, above every frame of the
+ * main thread. */
+extern void *__libc_stack_end;
+
+bool os_thread_stack(uintptr_t *low, uintptr_t *high) {
+  int saved = errno;
+  pthread_attr_t attributes;
+  void *address = NULL;
+  size_t size = 0;
+  bool known = false;
+  if (pthread_getattr_np(pthread_self(), &attributes) == 0) {
+    known = pthread_attr_getstack(&attributes, &address, &size) == 0 && size != 0;
+    pthread_attr_destroy(&attributes);
+  }
+  if (known) {
+    *low = (uintptr_t)address;
+    *high = (uintptr_t)address + size;
+  } else if (getpid() == (pid_t)syscall(SYS_gettid) && __libc_stack_end != NULL) {
+    struct rlimit limit;
+    uintptr_t end = (uintptr_t)__libc_stack_end, reach = (uintptr_t)8 << 20;
+    if (getrlimit(RLIMIT_STACK, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY &&
+        limit.rlim_cur < end)
+      reach = (uintptr_t)limit.rlim_cur;
+    *low = end - reach;
+    *high = end;
+    known = true;
+  }
+  errno = saved;
+  return known;
 }

@@ -77,5 +77,14 @@ size_t os_executable_path(char *out, size_t capacity);
 /* Copy size bytes at address to out when the whole range is readable;
  * false (errno kept) when any of it is not: no fault is ever taken. */
 bool os_read_memory(const void *address, void *out, size_t size);
+/* A file opened for reading (close-on-exec), -1 when it cannot be; errno
+ * is kept. The caller closes it, or hands it to a library that will. */
+int os_open_read(const char *path);
+/* The calling thread's stack: [*low, *high), every byte of [sp, *high)
+ * readable for any sp of this thread inside it. From the thread's
+ * attributes (for the main thread glibc reads /proc/self/maps), else, for
+ * the main thread, from the start-up stack end and RLIMIT_STACK. May
+ * allocate: not from a signal handler. False when unknown. */
+bool os_thread_stack(uintptr_t *low, uintptr_t *high);
 
 #endif /* SHOAL_OS_H */

@@ -37,9 +37,9 @@ var
 
 procedure LeakObjects;
 begin
-  TFoo.Create;
-  TFoo.Create;
-  TBar.Create;
+  TFoo.Create; { line: foo-1 }
+  TFoo.Create; { line: foo-2 }
+  TBar.Create; { line: bar }
 end;
 
 procedure LeakStrings;
@@ -50,12 +50,12 @@ var
 begin
   for i := 1 to 5 do
   begin
-    Wide := UnicodeString('leaked text ') + UnicodeString(IntToStr(i));
+    Wide := UnicodeString('leaked text ') + UnicodeString(IntToStr(i)); { line: wide }
     UnicodeString(Holders[i]) := Wide;
   end;
   for i := 6 to 8 do
   begin
-    Narrow := 'leaked ansi ' + IntToStr(i * 1000);
+    Narrow := 'leaked ansi ' + IntToStr(i * 1000); { line: narrow }
     AnsiString(Holders[i]) := Narrow;
   end;
 end;
@@ -64,14 +64,14 @@ procedure LeakArray;
 var
   Numbers: TIntegers;
 begin
-  SetLength(Numbers, 10);
+  SetLength(Numbers, 10); { line: array }
   Numbers[3] := 3;
   TIntegers(Holders[9]) := Numbers;
 end;
 
 procedure LeakRaw;
 begin
-  Holders[10] := GetMem(100);
+  Holders[10] := GetMem(100); { line: raw }
 end;
 
 procedure TConsumer.Execute;
@@ -79,7 +79,7 @@ var
   i: Integer;
 begin
   for i := 0 to High(Handed) do
-    FreeMem(Handed[i]);
+    FreeMem(Handed[i]); { line: consumer-free }
 end;
 
 procedure Contend;
@@ -88,7 +88,7 @@ var
   Consumer: TConsumer;
 begin
   for i := 0 to High(Handed) do
-    Handed[i] := GetMem(48);
+    Handed[i] := GetMem(48); { line: producer-get }
   Consumer := TConsumer.Create(False);
   Consumer.WaitFor;
   Consumer.Free;
@@ -98,19 +98,19 @@ procedure FreeTwice;
 var
   p: Pointer;
 begin
-  p := GetMem(40);
-  FreeMem(p);
-  FreeMem(p);
+  p := GetMem(40); { line: twice-get }
+  FreeMem(p); { line: twice-first }
+  FreeMem(p); { line: twice-second }
 end;
 
 begin
   if ParamStr(1) = 'leaks' then
   begin
     ReportMemoryLeaksOnShutdown := True;
-    LeakObjects;
-    LeakStrings;
-    LeakArray;
-    LeakRaw;
+    LeakObjects; { line: main-objects }
+    LeakStrings; { line: main-strings }
+    LeakArray; { line: main-array }
+    LeakRaw; { line: main-raw }
   end
   else if ParamStr(1) = 'leaks-quietly' then
   begin
@@ -120,7 +120,7 @@ begin
   else if ParamStr(1) = 'contention' then
     Contend
   else if ParamStr(1) = 'double-free' then
-    FreeTwice
+    FreeTwice { line: main-twice }
   else
   begin
     Writeln(StdErr, 'usage: reports leaks|leaks-quietly|contention|double-free');

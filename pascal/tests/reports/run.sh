@@ -43,6 +43,17 @@ expect "$report" '^  1 - 16 bytes: TFoo x 2$' "leaks: the two TFoo objects"
 for kind in 'TBar x 1' 'UnicodeString x 5' 'AnsiString x 3' 'dynamic array x 1' 'other x 1'; do
   expect "$report" "^  [0-9]+ - [0-9]+ bytes: .*$kind" "leaks: $kind"
 done
+# Each group of leaks under the program's own line, by name and line.
+line() { grep -n "{ line: $1 }" "$here/reports.pas" | cut -d: -f1; }
+at() { echo "$1 (reports.pas:$(line "$2"))"; }           # as printed
+at_re() { echo "$1 \\(reports\\.pas:$(line "$2")\\)"; } # as a regular expression
+expect "$report" "^ +260 +5  $(at_re LeakStrings wide) <- $(at_re main main-strings)\$" "leaks: the UnicodeStrings' line"
+expect "$report" "^ +[0-9]+ +3  $(at_re LeakStrings narrow) <- $(at_re main main-strings)\$" "leaks: the AnsiStrings' line"
+expect "$report" "^ +16 +1  $(at_re LeakObjects foo-1) <- $(at_re main main-objects)\$" "leaks: the first TFoo's line"
+expect "$report" "^ +16 +1  $(at_re LeakObjects foo-2) <- $(at_re main main-objects)\$" "leaks: the second TFoo's line"
+expect "$report" "^ +[0-9]+ +1  $(at_re LeakObjects bar) <- $(at_re main main-objects)\$" "leaks: TBar's line"
+expect "$report" "^ +56 +1  $(at_re LeakArray array) <- $(at_re main main-array)\$" "leaks: SetLength's line"
+expect "$report" "^ +100 +1  $(at_re LeakRaw raw) <- $(at_re main main-raw)\$" "leaks: GetMem's line"
 expect "$out/err" "^shoal: leak report: 13 blocks \\([0-9]+ bytes\\) still allocated at exit; the report is in $report\$" "leaks: stderr headline"
 lines=$(wc -l <"$out/err")
 [ "$lines" -ge 2 ] && [ "$lines" -le 4 ] || fail "leaks: $lines lines on stderr, not the headline and up to three stacks"
@@ -65,7 +76,8 @@ rm -f "$report"
 SHOAL_CONTENTION=1 "$program" contention 2>"$out/err" || fail "contention: exit status $?"
 first=$(grep -Ev '^shoal:|^ +count' "$report" | head -n 1)
 [[ "$first" =~ ^\ +1000[0-9]\ +remote\ free\ +FreeMem\  ]] || fail "contention: first line is not ~10000 remote frees in FreeMem: '$first'"
-expect "$report" '^ +[0-9]+ +slow path +GetMem ' "contention: GetMem's slow paths"
+[[ "$first" == *" $(at TConsumer.Execute consumer-free) <- "* ]] || fail "contention: the FreeMem's line is not named: '$first'"
+expect "$report" "^ +[0-9]+ +slow path +GetMem +$(at_re Contend producer-get) <- main " "contention: GetMem's slow paths, by line"
 expect "$out/err" '^shoal:   1000[0-9] remote frees in FreeMem at ' "contention: top line on stderr"
 
 # Checked mode: a double free names FreeMem and three stacks, and aborts.
@@ -73,7 +85,8 @@ rm -f "$report"
 SHOAL_CHECK=1 "$program" double-free 2>"$out/err"
 status=$?
 [ "$status" -eq 134 ] || fail "double free: exit status $status, not 134 (abort)"
-line='^shoal: double free: FreeMem\(0x[0-9a-f]+\): the 40-byte block was already freed; allocated at .+; freed at .+; called at .+$'
+main_twice=$(at_re main main-twice)
+line="^shoal: double free: FreeMem\\(0x[0-9a-f]+\\): the 40-byte block was already freed; allocated at $(at_re FreeTwice twice-get) <- $main_twice; freed at $(at_re FreeTwice twice-first) <- $main_twice; called at $(at_re FreeTwice twice-second) <- $main_twice\$"
 expect "$report" "$line" "double free: in the report"
 expect "$out/err" "$line" "double free: on stderr"
 
