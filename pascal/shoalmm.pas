@@ -119,6 +119,15 @@ procedure ShoalPreviousManager(out Manager: TMemoryManager);
 
 implementation
 
+{$ifdef MSWINDOWS}
+  { Win64: the core's COFF objects in libshoal_fpc.a (make windows builds
+    it), linked by FPC's internal linker; they call kernel32 and msvcrt,
+    both part of Windows, through MinGW's import libraries copied beside it
+    (-Fl the Win64 build folder). Nothing to ship beside the program. }
+  {$linklib shoal_fpc}
+  {$linklib msvcrt}       { before kernel32: its static members call kernel32 }
+  {$linklib kernel32}
+{$else}
 {$ifdef SHOAL_SHARED}
   {$linklib shoal}        { -lshoal: libshoal.so from the -Fl directory }
 {$else}
@@ -126,6 +135,7 @@ implementation
   {$linklib pthread}
 {$endif}
 {$linklib c}              { libc start-up: ELF TLS for shoal's _Thread_local }
+{$endif}
 
 { ---- the C API (cdecl), include/shoal.h ---- }
 

@@ -13,24 +13,29 @@
 #include "diag/diag.h"
 #include "diag/trace_format.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unwind.h>
 
-/* The unwinder is libgcc's. Bound here when the program has it (C++ does);
- * otherwise loaded when a diagnostic that names call sites starts
- * (diag_load_unwinder): linking libgcc_s into every process cost 100 KiB of
- * resident memory. Without it, call sites have one frame. */
+/* The unwinder is libgcc's, on ELF systems. Bound here when the program has
+ * it (C++ does); otherwise loaded when a diagnostic that names call sites
+ * starts (diag_load_unwinder): linking libgcc_s into every process cost
+ * 100 KiB of resident memory. Without it (and on PE systems, Windows, where
+ * libgcc_s is no system library), call sites have one frame: the caller. */
+#if defined(__ELF__)
+#define HAS_LIBGCC_UNWINDER 1
+#include <dlfcn.h>
+#include <unwind.h>
 #pragma weak _Unwind_Backtrace
 #pragma weak _Unwind_GetIP
 typedef _Unwind_Reason_Code (*unwind_backtrace_fn)(_Unwind_Trace_Fn, void *);
 typedef _Unwind_Ptr (*unwind_get_ip_fn)(struct _Unwind_Context *);
 static _Atomic(unwind_backtrace_fn) unwind_backtrace;
 static _Atomic(unwind_get_ip_fn) unwind_get_ip;
+#else
+#define HAS_LIBGCC_UNWINDER 0
+#endif
 size_t unwinder_live[SHOAL_STATS_SIZE_CLASSES];
 
 _Atomic(int) diag_modes;
@@ -73,6 +78,7 @@ int diag_open_output(const char *path) {
 
 /* ---- call sites ---- */
 
+#if HAS_LIBGCC_UNWINDER
 typedef struct unwind_walk_s {
   site_t *site;
   int stored;  /* frames written; 0 until the caller's frame is reached */
@@ -102,6 +108,12 @@ void site_capture(site_t *site, caller_t caller) {
   backtrace(unwind_step, &walk);
   if (walk.stored == 0) memset(&site->frames[1], 0, sizeof site->frames - sizeof site->frames[0]);
 }
+#else
+void site_capture(site_t *site, caller_t caller) {
+  memset(site, 0, sizeof *site);
+  site->frames[0] = caller;
+}
+#endif
 
 /* A return address points after the call; name the call itself. */
 static size_t frame_format(const void *frame, char *out, size_t capacity) {
@@ -112,7 +124,7 @@ size_t site_format(const site_t *site, char *out, size_t capacity) {
   size_t length = 0;
   out[0] = '\0';
   for (int i = 0; i < SITE_FRAMES && site->frames[i] != NULL && length + 8 < capacity; i++) {
-    if (i > 0) length += (size_t)snprintf(out + length, capacity - length, " <- ");
+    if (i > 0) length += (size_t)text_format(out + length, capacity - length, " <- ");
     if (length >= capacity) break;
     size_t name = length;
     length += frame_format(site->frames[i], out + length, capacity - length);
@@ -125,7 +137,7 @@ void diag_write(int fd, const char *format, ...) {
   char line[2048];
   va_list args;
   va_start(args, format);
-  int n = vsnprintf(line, sizeof line - 1, format, args);
+  int n = text_vformat(line, sizeof line - 1, format, args);
   va_end(args);
   size_t length = n < 0 ? 0 : (size_t)n;
   if (length > sizeof line - 2) length = sizeof line - 2;
@@ -408,6 +420,7 @@ void diag_start(void) {
  * inside an allocation: dlopen allocates, and takes the loader's lock. */
 void diag_load_unwinder(void) {
   if (!(diag_mode() & (DIAG_LEAKS | DIAG_CHECK | DIAG_CONTENTION))) return;
+#if HAS_LIBGCC_UNWINDER
   unwind_backtrace_fn backtrace = NULL;
   unwind_get_ip_fn get_ip = NULL;
   if (_Unwind_Backtrace != NULL && _Unwind_GetIP != NULL) {
@@ -430,6 +443,7 @@ void diag_load_unwinder(void) {
   }
   atomic_store_explicit(&unwind_get_ip, get_ip, memory_order_relaxed);
   atomic_store_explicit(&unwind_backtrace, backtrace, memory_order_release);
+#endif
 }
 
 void diag_collect(void) {

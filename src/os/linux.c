@@ -6,10 +6,12 @@
 #define _GNU_SOURCE
 #include "os/os.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
 #include <linux/futex.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -244,6 +246,24 @@ void os_yield(void) {
   sched_yield();
 }
 
+static pthread_key_t thread_exit_key;
+
+void os_thread_exit_init(void (*on_exit)(void *value)) {
+  pthread_key_create(&thread_exit_key, on_exit);
+}
+
+void os_thread_exit_arm(void *value) {
+  pthread_setspecific(thread_exit_key, value);
+}
+
+void os_at_fork(void (*prepare)(void), void (*parent)(void), void (*child)(void)) {
+  pthread_atfork(prepare, parent, child);
+}
+
+long os_process_id(void) {
+  return (long)getpid();
+}
+
 /* Where shoal's lines go: stderr, or the copy os_keep_stderr made. */
 static _Atomic(int) stderr_fd = 2;
 
@@ -340,4 +360,18 @@ size_t os_read_link(const char *path, char *out, size_t capacity) {
   if (length < 0) length = 0;
   out[length] = '\0';
   return (size_t)length;
+}
+
+bool os_module_of(const void *address, char *name, size_t capacity, uintptr_t *base) {
+  Dl_info info;
+  if (capacity == 0 || dladdr(address, &info) == 0 || info.dli_fname == NULL) return false;
+  const char *shown = info.dli_fname;
+  for (const char *p = shown; *p != '\0'; p++)
+    if (*p == '/') shown = p + 1;
+  size_t length = strlen(shown);
+  if (length >= capacity) length = capacity - 1;
+  memcpy(name, shown, length);
+  name[length] = '\0';
+  *base = (uintptr_t)info.dli_fbase;
+  return true;
 }

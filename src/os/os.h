@@ -7,7 +7,8 @@
  * "protect" makes pages inaccessible, or accessible again. Reserved bytes
  * are counted here; committed bytes (what may be resident) are noted by the
  * callers. Nothing here knows an allocator type: one file per platform
- * implements this header (linux.c). */
+ * implements this header (linux.c, windows.c), and no layer above knows
+ * which one it runs on. */
 #ifndef SHOAL_OS_H
 #define SHOAL_OS_H
 
@@ -47,6 +48,15 @@ uint64_t os_random_key(void);
 void os_futex_wait(_Atomic(int) *address, int expected);
 void os_futex_wake_one(_Atomic(int) *address);
 void os_yield(void);
+/* Thread exit: once os_thread_exit_init(on_exit) has run, a thread that
+ * called os_thread_exit_arm(value) with a non-NULL value has on_exit(value)
+ * called as it ends, in that thread, with its thread-locals still there. */
+void os_thread_exit_init(void (*on_exit)(void *value));
+void os_thread_exit_arm(void *value);
+/* fork's handlers, as pthread_atfork's; nothing where there is no fork. */
+void os_at_fork(void (*prepare)(void), void (*parent)(void), void (*child)(void));
+/* This process's id, for the reports' headers and file names. */
+long os_process_id(void);
 /* Hold off asynchronous signals in this thread (nested), and let them come
  * again at the last release: around every lock (lock.c). */
 void os_signals_hold(void);
@@ -71,5 +81,9 @@ void os_unmap_file(const void *address, size_t size);
 /* The target of a symbolic link (/proc/self/exe), NUL-terminated, truncated
  * to capacity; its length, 0 when it cannot be read. */
 size_t os_read_link(const char *path, char *out, size_t capacity);
+/* The loaded module (the program or a library) that holds a code address:
+ * its file's base name, truncated to capacity, and its load address. False
+ * when no module holds it. */
+bool os_module_of(const void *address, char *name, size_t capacity, uintptr_t *base);
 
 #endif /* SHOAL_OS_H */

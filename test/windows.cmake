@@ -1,0 +1,50 @@
+# The Win64 tests: the C tests that apply on Windows, cross-built with the
+# toolchain of cmake/windows-x86_64.cmake and linked with libshoal.a (its
+# standard names replace the C runtime's in the program), run under Wine by
+# `make test-windows` (WINEPREFIX and WINEDEBUG from there). Each add_test
+# runs through CMAKE_CROSSCOMPILING_EMULATOR (wine64); the scripts get
+# test/wine-run.sh, which hands them LF line ends and the exit status.
+#
+# Not here, and why:
+#   fork, fork_signal      no fork on Windows
+#   rlimit, enomem(_cxx)   RLIMIT_AS: Windows has no address-space limit to
+#                          set (a job object could; Wine does not enforce it)
+#   early, early_preload,  LD_PRELOAD, dlopen'd ELF modules, the shoal command
+#   programs, tool,        and the installed .so/pkg-config: Linux mechanisms
+#   install, packaging
+#   stats_exit(_preload)   its script reads /proc and preloads the library
+#   diagnostics            names call sites from ELF symbols and libgcc's
+#                          unwinder (Windows: module+offset, one frame)
+#   cxx, check (C++ half)  libstdc++ of Debian's MinGW has no std::thread in
+#                          its win32 build; C++ new/delete are checked by
+#                          the check cases' C++ program on Linux
+#   layers, unit           the same objects as on Linux: checked there
+set(SHOAL_WINE_RUN ${CMAKE_CURRENT_SOURCE_DIR}/wine-run.sh ${CMAKE_CROSSCOMPILING_EMULATOR})
+
+function(shoal_windows_program target source)
+  add_executable(${target} ${source})
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Werror -fno-builtin)
+  target_compile_definitions(${target} PRIVATE _GNU_SOURCE)
+  target_include_directories(${target} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}
+                                               ${PROJECT_SOURCE_DIR}/include)
+  # Static: no libwinpthread-1.dll or libgcc DLL to find beside it under Wine.
+  target_link_options(${target} PRIVATE -static)
+  target_link_libraries(${target} PRIVATE shoal_static pthread)
+endfunction()
+
+function(shoal_windows_test name)
+  shoal_windows_program(test_${name} ${name}.c)
+  add_test(NAME ${name} COMMAND test_${name})
+  set_tests_properties(${name} PROPERTIES LABELS "windows;${ARGN}" TIMEOUT 300)
+endfunction()
+
+shoal_windows_test(api)
+shoal_windows_test(threads threads)
+shoal_windows_test(stress threads)
+shoal_windows_test(purge threads)
+shoal_windows_test(stats_threads threads)
+
+shoal_windows_program(test_misuse misuse.c)
+add_test(NAME misuse COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/misuse.sh ${SHOAL_WINE_RUN}
+                             $<TARGET_FILE:test_misuse>)
+set_tests_properties(misuse PROPERTIES LABELS windows TIMEOUT 300 ENVIRONMENT SHOAL_ABORT_STATUS=3)
