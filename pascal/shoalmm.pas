@@ -150,6 +150,11 @@ procedure shoal_collect(force: Boolean); cdecl; external name 'shoal_collect';
 function shoal_check_heap: PtrUInt; cdecl; external name 'shoal_check_heap';
 procedure shoal_stats_get(out stats: TShoalStats); cdecl; external name 'shoal_stats_get';
 function shoal_option_get(option: LongInt): PtrInt; cdecl; external name 'shoal_option_get';
+{$ifdef MSWINDOWS}
+{ The reports at exit (SHOAL_STATS, SHOAL_LEAKS, ...), which C destructors
+  make on Linux; a Free Pascal program on Windows runs none: see finalization. }
+procedure api_exit_reports; cdecl; external name 'api_exit_reports';
+{$endif}
 procedure shoal_option_set(option: LongInt; value: PtrInt); cdecl; external name 'shoal_option_set';
 
 var
@@ -406,4 +411,12 @@ initialization
     Writeln(StdErr, 'ShoalMM: another memory manager (cmem?) was installed first; keeping it, ',
       'shoal is not used (remove it from uses, list ShoalMM first)');
   Flush(StdErr);
+
+finalization
+  { The last unit finalized before System's, ShoalMM being the first in
+    uses: what is still allocated now is what the program leaked. }
+  {$ifdef MSWINDOWS}
+  if Installed then
+    api_exit_reports;
+  {$endif}
 end.

@@ -44,7 +44,32 @@ shoal_windows_test(stress threads)
 shoal_windows_test(purge threads)
 shoal_windows_test(stats_threads threads)
 
+# The same through shoal.dll, with the prefixed API only (these tests call
+# shoal_*): thread exit in a DLL, its statistics. The DLL is copied beside
+# the programs, where Windows looks first.
+foreach(name threads stats_threads)
+  add_executable(test_${name}_dll ${name}.c)
+  target_compile_options(test_${name}_dll PRIVATE -Wall -Wextra -Werror -fno-builtin)
+  target_compile_definitions(test_${name}_dll PRIVATE _GNU_SOURCE)
+  target_include_directories(test_${name}_dll PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}
+                                                      ${PROJECT_SOURCE_DIR}/include)
+  target_link_options(test_${name}_dll PRIVATE -static)
+  target_link_libraries(test_${name}_dll PRIVATE shoal pthread)
+  add_custom_command(TARGET test_${name}_dll POST_BUILD
+    COMMAND ${CMAKE_COMMAND} -E copy_if_different $<TARGET_FILE:shoal> $<TARGET_FILE_DIR:test_${name}_dll>)
+  add_test(NAME ${name}_dll COMMAND test_${name}_dll)
+  set_tests_properties(${name}_dll PROPERTIES LABELS "windows;threads" TIMEOUT 300)
+endforeach()
+
 shoal_windows_program(test_misuse misuse.c)
 add_test(NAME misuse COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/misuse.sh ${SHOAL_WINE_RUN}
                              $<TARGET_FILE:test_misuse>)
 set_tests_properties(misuse PROPERTIES LABELS windows TIMEOUT 300 ENVIRONMENT SHOAL_ABORT_STATUS=3)
+
+# Checked mode and the default mode's catches: check.sh's catalogue, its C
+# cases (Debian's MinGW C++ runtime for the C++ ones: see above).
+shoal_windows_program(test_check_cases check_cases.c)
+add_test(NAME check COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/check.sh
+                            $<TARGET_FILE:test_check_cases> -)
+set_tests_properties(check PROPERTIES LABELS windows TIMEOUT 300
+  ENVIRONMENT "SHOAL_TEST_RUNNER=${CMAKE_CURRENT_SOURCE_DIR}/wine-run.sh ${CMAKE_CROSSCOMPILING_EMULATOR};SHOAL_ABORT_STATUS=3")

@@ -459,9 +459,10 @@ void diag_collect(void) {
 /* After the program's own destructors (a preloaded library is finalised
  * after the program). What the C library allocates for the reports (qsort
  * may) comes from the core, untracked. */
-__attribute__((destructor(101))) static void diag_at_exit(void) {
+__attribute__((destructor(101))) void diag_at_exit(void) {
+  static _Atomic(bool) done;
   int modes = diag_mode();
-  if (modes == 0) return;
+  if (modes == 0 || atomic_exchange(&done, true)) return;
   core_enter(modes);
   if (modes & DIAG_TRACE) trace_flush_all();
   if (modes & DIAG_LEAKS) leaks_report();

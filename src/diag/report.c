@@ -167,14 +167,16 @@ __attribute__((constructor)) static void stats_report_init(void) {
   if (report_format != REPORT_NONE) os_keep_stderr();
 }
 
-__attribute__((destructor)) static void stats_report_at_exit(void) {
+__attribute__((destructor)) void stats_report_at_exit(void) {
   if (report_format == REPORT_UNREAD) report_format = report_format_read();
   if (report_format == REPORT_NONE) return;
+  report_format_t format = report_format;
+  report_format = REPORT_NONE; /* once */
   shoal_stats_t stats;
   stats_fill(&stats);
   report_t report;
   report.length = 0;
-  if (report_format == REPORT_JSON)
+  if (format == REPORT_JSON)
     json_print(&report, &stats);
   else
     table_print(&report, &stats);
