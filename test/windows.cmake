@@ -7,18 +7,19 @@
 #
 # Not here, and why:
 #   fork, fork_signal      no fork on Windows
-#   rlimit, enomem(_cxx)   RLIMIT_AS: Windows has no address-space limit to
-#                          set (a job object could; Wine does not enforce it)
+#   rlimit, enomem(_cxx)   RLIMIT_AS: Windows has no such limit to set (a job
+#                          object's memory limit would be the way; not tried)
 #   early, early_preload,  LD_PRELOAD, dlopen'd ELF modules, the shoal command
 #   programs, tool,        and the installed .so/pkg-config: Linux mechanisms
 #   install, packaging
-#   stats_exit(_preload)   its script reads /proc and preloads the library
-#   diagnostics            names call sites from ELF symbols and libgcc's
-#                          unwinder (Windows: module+offset, one frame)
-#   cxx, check (C++ half)  libstdc++ of Debian's MinGW has no std::thread in
-#                          its win32 build; C++ new/delete are checked by
-#                          the check cases' C++ program on Linux
-#   layers, unit           the same objects as on Linux: checked there
+#   stats_exit(_preload)   its script reads /proc and preloads the library;
+#                          windows-diagnostics.sh checks SHOAL_STATS here
+#   diagnostics (Linux's)  names call sites from ELF symbols and libgcc's
+#                          unwinder; here: windows-diagnostics.sh (module+offset)
+#   cxx, check's C++ half  shoal's own operator new/delete are not in
+#                          libshoal.a on Windows (src/api/exports.c says why):
+#                          cxx_static checks that libstdc++'s reach shoal
+#   layers, unit           the same sources as on Linux: checked there
 set(SHOAL_WINE_RUN ${CMAKE_CURRENT_SOURCE_DIR}/wine-run.sh ${CMAKE_CROSSCOMPILING_EMULATOR})
 
 function(shoal_windows_program target source)
@@ -73,3 +74,24 @@ add_test(NAME check COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/check.sh
                             $<TARGET_FILE:test_check_cases> -)
 set_tests_properties(check PROPERTIES LABELS windows TIMEOUT 300
   ENVIRONMENT "SHOAL_TEST_RUNNER=${CMAKE_CURRENT_SOURCE_DIR}/wine-run.sh ${CMAKE_CROSSCOMPILING_EMULATOR};SHOAL_ABORT_STATUS=3")
+
+# C++ with libstdc++ linked statically: its new and delete reach shoal.
+add_executable(test_cxx_static cxx_static.cpp)
+target_compile_options(test_cxx_static PRIVATE -Wall -Wextra -Werror -fno-builtin)
+target_include_directories(test_cxx_static PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}
+                                                   ${PROJECT_SOURCE_DIR}/include)
+target_link_options(test_cxx_static PRIVATE -static)
+target_link_libraries(test_cxx_static PRIVATE shoal_static pthread)
+add_test(NAME cxx_static COMMAND test_cxx_static)
+set_tests_properties(cxx_static PROPERTIES LABELS windows TIMEOUT 300)
+
+# Leak report and statistics at exit on a program with known leaks; call
+# sites as module+offset, checked against the program's symbols.
+add_executable(test_diag_leaks diag_leaks.c)
+target_compile_options(test_diag_leaks PRIVATE -Wall -Wextra -Werror -g -fno-optimize-sibling-calls
+                                               -fno-inline)
+target_link_options(test_diag_leaks PRIVATE -static)
+target_link_libraries(test_diag_leaks PRIVATE shoal_static pthread)
+add_test(NAME diagnostics COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/windows-diagnostics.sh ${CMAKE_NM}
+                                  ${SHOAL_WINE_RUN} $<TARGET_FILE:test_diag_leaks>)
+set_tests_properties(diagnostics PROPERTIES LABELS windows TIMEOUT 300)

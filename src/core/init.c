@@ -29,6 +29,7 @@ void process_init(void (*above)(void)) {
     while (atomic_load_explicit(&init_state, memory_order_acquire) != INIT_DONE) os_yield();
     return;
   }
+  os_init();
   options_init();
   free_key = (uintptr_t)os_random_key();
   arena_register_for_fork();

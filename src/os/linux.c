@@ -25,6 +25,8 @@
 static _Atomic(size_t) reserved_bytes, committed_bytes, peak_committed_bytes;
 static _Atomic(size_t) purge_count, purged_bytes;
 
+void os_init(void) {}
+
 size_t os_page_size(void) {
   return 4096;
 }

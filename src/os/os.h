@@ -17,6 +17,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Once, at start-up, before any other call and before any lock is held:
+ * what the platform layer looks up at run time, it looks up here. */
+void os_init(void);
 size_t os_page_size(void);
 /* Reserve and commit `size` bytes aligned to `alignment` (a power of two,
  * >= the OS page). Memory reads as zero. NULL with errno ENOMEM on failure. */

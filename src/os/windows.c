@@ -3,12 +3,14 @@
  *
  * Address space: a mapping is one reservation, committed whole (Windows
  * charges commit but faults pages in on first touch, as Linux does), so
- * that os_unmap can release it with one VirtualFree. Alignment comes from
- * VirtualAlloc2 where the system has it; otherwise an over-sized
- * reservation is released and the aligned address inside it taken at once
- * (another thread may get there first: tried again), and failing that the
- * over-sized reservation is kept and only its aligned part committed.
- * os_unmap finds the reservation's base with VirtualQuery either way.
+ * that os_unmap can release it with one VirtualFree. Every reservation
+ * starts on 64 KiB; a segment's 4 MiB alignment comes from VirtualAlloc2's
+ * address requirements where the system has them (Windows 10 1803 and
+ * later, Wine 8); otherwise an over-sized reservation is released and the
+ * aligned address inside it taken at once (another thread may get there
+ * first: tried again), and failing that the over-sized reservation is kept
+ * and only its aligned part committed. os_unmap finds the reservation's
+ * base with VirtualQuery either way.
  *
  * Purge: os_purge decommits and commits again (the range then reads as
  * zero, as the contract asks, and the memory leaves the working set and
@@ -69,22 +71,23 @@ typedef PVOID(WINAPI *virtual_alloc2_fn)(HANDLE, PVOID, SIZE_T, ULONG, ULONG,
 typedef BOOL(WINAPI *wait_on_address_fn)(volatile VOID *, PVOID, SIZE_T, DWORD);
 typedef VOID(WINAPI *wake_by_address_fn)(PVOID);
 
-/* Each is looked up once; a pointer to `missing` marks one looked up and
- * not found. kernelbase.dll is loaded in every process that has them. */
-static void missing(void) {}
+/* Found once, at start-up (os_init), never later: looking a function up
+ * takes the loader's lock, which a thread may hold while it exits and runs
+ * shoal's thread-exit callback, which may wait for a lock of shoal's that
+ * the looking thread holds. kernelbase.dll is in every process that has
+ * them (Windows 8 and 10, Wine). NULL: not in this system. */
+static virtual_alloc2_fn virtual_alloc2;
+static wait_on_address_fn wait_on_address;
+static wake_by_address_fn wake_by_address;
 
-static FARPROC system_function(_Atomic(FARPROC) *slot, const char *name) {
-  FARPROC function = atomic_load_explicit(slot, memory_order_acquire);
-  if (function == NULL) {
-    HMODULE kernelbase = GetModuleHandleA("kernelbase.dll");
-    function = kernelbase != NULL ? GetProcAddress(kernelbase, name) : NULL;
-    if (function == NULL) function = (FARPROC)missing;
-    atomic_store_explicit(slot, function, memory_order_release);
-  }
-  return function == (FARPROC)missing ? NULL : function;
+void os_init(void) {
+  HMODULE kernelbase = GetModuleHandleA("kernelbase.dll");
+  if (kernelbase == NULL) return;
+  virtual_alloc2 = (virtual_alloc2_fn)(void (*)(void))GetProcAddress(kernelbase, "VirtualAlloc2");
+  wait_on_address = (wait_on_address_fn)(void (*)(void))GetProcAddress(kernelbase, "WaitOnAddress");
+  wake_by_address =
+      (wake_by_address_fn)(void (*)(void))GetProcAddress(kernelbase, "WakeByAddressSingle");
 }
-
-static _Atomic(FARPROC) virtual_alloc2_slot, wait_on_address_slot, wake_by_address_slot;
 
 /* ---- address space ---- */
 
@@ -93,8 +96,6 @@ static void *reserve_and_commit(void *at, size_t size) {
 }
 
 static void *map_with_alignment_parameter(size_t size, size_t alignment) {
-  virtual_alloc2_fn virtual_alloc2 =
-      (virtual_alloc2_fn)(void (*)(void))system_function(&virtual_alloc2_slot, "VirtualAlloc2");
   if (virtual_alloc2 == NULL) return NULL;
   MEM_ADDRESS_REQUIREMENTS requirements = {.Alignment = alignment};
   MEM_EXTENDED_PARAMETER parameter = {.Type = MemExtendedParameterAddressRequirements,
@@ -107,11 +108,16 @@ static uint8_t *align_up(uint8_t *p, size_t alignment) {
   return (uint8_t *)(((uintptr_t)p + alignment - 1) & ~(uintptr_t)(alignment - 1));
 }
 
+enum { RESERVATION_GRANULE = 64 << 10 }; /* where every reservation starts */
+
 void *os_map_aligned(size_t size, size_t alignment) {
   if (size + alignment < size) goto failed;
-  uint8_t *p = reserve_and_commit(NULL, size); /* reservations start on 64 KiB anyway */
-  if (p != NULL && ((uintptr_t)p & (alignment - 1)) == 0) goto mapped;
-  if (p != NULL) VirtualFree(p, 0, MEM_RELEASE);
+  uint8_t *p;
+  if (alignment <= RESERVATION_GRANULE) {
+    p = reserve_and_commit(NULL, size);
+    if (p == NULL) goto failed;
+    goto mapped;
+  }
   p = map_with_alignment_parameter(size, alignment);
   if (p != NULL) goto mapped;
   for (int attempt = 0; attempt < 8; attempt++) {
@@ -250,8 +256,6 @@ uint64_t os_random_key(void) {
 /* ---- waiting ---- */
 
 void os_futex_wait(_Atomic(int) *address, int expected) {
-  wait_on_address_fn wait_on_address =
-      (wait_on_address_fn)(void (*)(void))system_function(&wait_on_address_slot, "WaitOnAddress");
   if (wait_on_address != NULL) {
     wait_on_address((volatile VOID *)address, &expected, sizeof expected, INFINITE);
     return;
@@ -260,9 +264,7 @@ void os_futex_wait(_Atomic(int) *address, int expected) {
 }
 
 void os_futex_wake_one(_Atomic(int) *address) {
-  wake_by_address_fn wake = (wake_by_address_fn)(void (*)(void))system_function(
-      &wake_by_address_slot, "WakeByAddressSingle");
-  if (wake != NULL) wake((PVOID)address);
+  if (wake_by_address != NULL) wake_by_address((PVOID)address);
 }
 
 void os_yield(void) {
