@@ -24,6 +24,8 @@ size_t os_page_size(void);
 /* Reserve and commit `size` bytes aligned to `alignment` (a power of two,
  * >= the OS page). Memory reads as zero. NULL with errno ENOMEM on failure. */
 void *os_map_aligned(size_t size, size_t alignment);
+/* A whole mapping, as os_map_aligned or os_remap_aligned returned it (a
+ * Windows reservation is released whole). */
 void os_unmap(void *address, size_t size);
 /* Give the pages back but keep the range mapped: it reads as zero after. */
 void os_purge(void *address, size_t size);
@@ -34,7 +36,8 @@ void os_purge_lazy(void *address, size_t size);
  * the range then faults in 2 MiB at a time. */
 void os_advise_huge_pages(void *address, size_t size);
 /* Grow or shrink a mapping, moving it (without copying) to an address
- * aligned to `alignment` when it cannot stay. NULL on failure, old intact. */
+ * aligned to `alignment` when it cannot stay. NULL on failure, old intact
+ * (Windows moves nothing: there it resizes in place or fails). */
 void *os_remap_aligned(void *address, size_t old_size, size_t new_size, size_t alignment);
 /* Checked mode: make whole OS pages inaccessible (any touch faults) or
  * read-write again, contents kept. False when the kernel refused. */

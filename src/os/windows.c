@@ -160,11 +160,23 @@ static void count_purge(size_t size) {
   atomic_fetch_add_explicit(&purged_bytes, size, memory_order_relaxed);
 }
 
+/* The commit again can fail only when the system's commit limit is
+ * reached between the two calls; the range must be usable after a purge,
+ * so the commit is tried again while other threads give memory back, and
+ * then, out of memory with a range shoal counts as its own, shoal stops. */
 void os_purge(void *address, size_t size) {
   int saved = errno;
-  if (VirtualFree(address, size, MEM_DECOMMIT) &&
-      VirtualAlloc(address, size, MEM_COMMIT, PAGE_READWRITE) != NULL)
-    count_purge(size);
+  if (!VirtualFree(address, size, MEM_DECOMMIT)) return;
+  for (int attempt = 0; VirtualAlloc(address, size, MEM_COMMIT, PAGE_READWRITE) == NULL;
+       attempt++) {
+    if (attempt == 1000) {
+      static const char text[] = "shoal: out of commit: a purged range cannot be committed again\n";
+      os_write_stderr(text, sizeof text - 1);
+      os_abort();
+    }
+    SwitchToThread();
+  }
+  count_purge(size);
   errno = saved;
 }
 
