@@ -20,8 +20,10 @@
  * no faster (bench/results/2026-11-25-windows.md).
  *
  * Waiting: WaitOnAddress and WakeByAddressSingle (Windows 8 and later),
- * found at run time; without them a waiter yields its time slice until the
- * word changes. Never Sleep: a waiter runs again as soon as the lock is free.
+ * looked up at start-up; without them a waiter yields its time slice until
+ * the word changes. Never Sleep: a waiter runs again as soon as the lock is
+ * free. Mappings are resized in place only (a shrink decommits the tail, a
+ * growth commits what the reservation has left); the core copies otherwise.
  *
  * Thread exit: an FLS callback (FlsAlloc), which Windows calls in the
  * exiting thread while its thread-locals are still there, whether the
