@@ -87,13 +87,19 @@ static uintmax_t unsigned_argument(va_list *args, enum length_modifier length) {
   }
 }
 
-static size_t read_count(const char **format, va_list *args, bool *given) {
+/* A width or precision: digits, or '*' for an int argument. A negative
+ * width asks for left alignment (*left set); a negative precision counts
+ * as none given. */
+static size_t read_count(const char **format, va_list *args, bool *given, bool *left) {
   *given = false;
   if (**format == '*') {
     (*format)++;
     int value = va_arg(*args, int);
+    if (value < 0 && left == NULL) return 0;
     *given = true;
-    return value > 0 ? (size_t)value : 0;
+    if (value >= 0) return (size_t)value;
+    *left = true;
+    return (size_t)(-(long long)value);
   }
   size_t value = 0;
   while (**format >= '0' && **format <= '9') {
@@ -123,11 +129,11 @@ int text_vformat(char *out, size_t capacity, const char *format, va_list argumen
       else
         break;
     }
-    size_t width = read_count(&format, &args, &has_width), precision = 0;
+    size_t width = read_count(&format, &args, &has_width, &left), precision = 0;
     if (*format == '.') {
       format++;
-      precision = read_count(&format, &args, &has_precision);
-      has_precision = true;
+      precision = read_count(&format, &args, &has_precision, NULL);
+      has_precision = has_precision || format[-1] != '*'; /* "%.d": precision 0 */
     }
     enum length_modifier length = LENGTH_INT;
     if (*format == 'h') {
