@@ -6,7 +6,8 @@ CMAKE   ?= cmake
 CTEST   ?= ctest
 
 .PHONY: all build test test-release test-clang test-ubsan test-tsan format format-check bench install clean \
-        deps-test deps-bench deps-deb deps-lazarus deb deb-test lazarus-test
+        deps-test deps-bench deps-deb deps-lazarus deps-windows deb deb-test lazarus-test \
+        windows test-windows
 
 all: build
 
@@ -18,13 +19,14 @@ build: $(BUILD)/CMakeCache.txt
 
 # What each command needs from Debian, installed first (tools/deps: the one
 # list; as root it runs apt-get, otherwise it prints the sudo line and stops).
-deps-test deps-bench deps-deb deps-lazarus:
+deps-test deps-bench deps-deb deps-lazarus deps-windows:
 	@tools/deps $(@:deps-%=%)
 
 # Every test: release build with gcc, warnings-as-errors build with clang,
-# the whole suite under UBSan, the multi-threaded tests under TSan, format.
-test: deps-test
-	@$(MAKE) --no-print-directory format-check test-release test-clang test-ubsan test-tsan
+# the whole suite under UBSan, the multi-threaded tests under TSan, format,
+# and the Win64 build's tests under Wine.
+test: deps-test deps-windows
+	@$(MAKE) --no-print-directory format-check test-release test-clang test-ubsan test-tsan test-windows
 	@echo "make test: all suites passed"
 
 test-release: build
@@ -44,6 +46,23 @@ test-tsan:
 	CC=clang CXX=clang++ $(CMAKE) -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHOAL_SANITIZE=thread >/dev/null
 	$(CMAKE) --build $(BUILD)-tsan -j $(JOBS)
 	cd $(BUILD)-tsan && SHOAL_TEST_SCALE=0.1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" $(CTEST) --output-on-failure -j $(JOBS) -L threads -LE nosan
+
+# Win64, cross-built with clang and MinGW-w64 (cmake/windows-x86_64.cmake):
+# shoal.dll with its import library libshoal.dll.a, and libshoal.a.
+WIN_BUILD ?= $(BUILD)-win
+WINE      ?= /usr/lib/wine/wine64
+windows: deps-windows
+	$(CMAKE) -S . -B $(WIN_BUILD) -DCMAKE_TOOLCHAIN_FILE=cmake/windows-x86_64.cmake \
+	  -DCMAKE_BUILD_TYPE=Release >/dev/null
+	$(CMAKE) --build $(WIN_BUILD) -j $(JOBS)
+
+# The C tests that apply, then the Pascal tests as Win64 programs, under
+# Wine, in one Wine prefix made once in the build folder.
+test-windows: windows
+	@test -f $(WIN_BUILD)/wine/system.reg || { echo "wineboot: a Wine prefix in $(WIN_BUILD)/wine (once)"; \
+	  WINEPREFIX=$(abspath $(WIN_BUILD))/wine WINEDEBUG=-all $(WINE) wineboot -i >/dev/null 2>&1; }
+	cd $(WIN_BUILD) && WINEPREFIX=$(abspath $(WIN_BUILD))/wine WINEDEBUG=-all $(CTEST) --output-on-failure -j $(JOBS)
+	WINEPREFIX=$(abspath $(WIN_BUILD))/wine WINEDEBUG=-all WINE=$(WINE) pascal/windows/run_tests.sh $(WIN_BUILD)
 
 FORMAT_FILES = $(shell git ls-files '*.c' '*.h' '*.cpp' 2>/dev/null)
 format:
@@ -81,4 +100,4 @@ lazarus-test: deps-lazarus
 	pascal/tests/lazarus/run.sh
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-clang $(BUILD)-ubsan $(BUILD)-tsan
+	rm -rf $(BUILD) $(BUILD)-clang $(BUILD)-ubsan $(BUILD)-tsan $(WIN_BUILD)

@@ -136,6 +136,15 @@ function ShoalReportFile(const Path: AnsiString): Boolean;
 
 implementation
 
+{$ifdef MSWINDOWS}
+  { Win64: the core's COFF objects in libshoal_fpc.a (make windows builds
+    it), linked by FPC's internal linker; they call kernel32 and msvcrt,
+    both part of Windows, through MinGW's import libraries copied beside it
+    (-Fl the Win64 build folder). Nothing to ship beside the program. }
+  {$linklib shoal_fpc}
+  {$linklib msvcrt}       { before kernel32: its static members call kernel32 }
+  {$linklib kernel32}
+{$else}
 {$ifdef SHOAL_SHARED}
   {$linklib shoal}        { -lshoal: libshoal.so from the -Fl directory }
 {$else}
@@ -143,6 +152,7 @@ implementation
   {$linklib pthread}
 {$endif}
 {$linklib c}              { libc start-up: ELF TLS for shoal's _Thread_local }
+{$endif}
 
 { ---- the C API (cdecl), include/shoal.h ---- }
 
@@ -157,6 +167,11 @@ procedure shoal_collect(force: Boolean); cdecl; external name 'shoal_collect';
 function shoal_check_heap: PtrUInt; cdecl; external name 'shoal_check_heap';
 procedure shoal_stats_get(out stats: TShoalStats); cdecl; external name 'shoal_stats_get';
 function shoal_option_get(option: LongInt): PtrInt; cdecl; external name 'shoal_option_get';
+{$ifdef MSWINDOWS}
+{ The reports at exit (SHOAL_STATS, SHOAL_LEAKS, ...), which C destructors
+  make on Linux; a Free Pascal program on Windows runs none: see finalization. }
+procedure api_exit_reports; cdecl; external name 'api_exit_reports';
+{$endif}
 procedure shoal_option_set(option: LongInt; value: PtrInt); cdecl; external name 'shoal_option_set';
 function shoal_report_file(path: PAnsiChar): Boolean; cdecl; external name 'shoal_report_file';
 function shoal_leak_report_at_exit(on: Boolean): Boolean; cdecl; external name 'shoal_leak_report_at_exit';
@@ -574,4 +589,12 @@ initialization
     Writeln(StdErr, 'ShoalMM: another memory manager (cmem?) was installed first; keeping it, ',
       'shoal is not used (remove it from uses, list ShoalMM first)');
   Flush(StdErr);
+
+finalization
+  { The last unit finalized before System's, ShoalMM being the first in
+    uses: what is still allocated now is what the program leaked. }
+  {$ifdef MSWINDOWS}
+  if Installed then
+    api_exit_reports;
+  {$endif}
 end.

@@ -26,7 +26,6 @@
 #include <malloc.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 
 #include "shoal.h"
 #include "testhelper.h"
@@ -488,6 +487,7 @@ static void test_large_blocks_grow_in_place(void) {
   }
 }
 
+#if !defined(_WIN32) /* Windows has no transparent huge pages to ask for */
 /* Whether the mapping holding p carries the kernel's "hg" flag (madvised
  * for transparent huge pages), from /proc/self/smaps. */
 static bool mapping_asks_huge_pages(const void *p) {
@@ -533,6 +533,7 @@ static void test_huge_pages_advice(void) {
   shoal_free(plain);
   shoal_option_set(SHOAL_OPTION_HUGE_PAGES, 1);
 }
+#endif
 
 static void test_free_sized(void) {
   live_ring_t ring = {0};
@@ -567,15 +568,15 @@ static void test_owns_foreign(void) {
   CHECK(shoal_block_size(static_array) == 0);
   CHECK(!shoal_owns(NULL));
   CHECK(!shoal_owns((void *)test_owns_foreign));
-  void *mapped = mmap(NULL, 4 * MIB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  CHECK(mapped != MAP_FAILED);
+  void *mapped = pages_map(4 * MIB);
+  CHECK(mapped != NULL);
   CHECK(!shoal_owns(mapped));
   CHECK(!shoal_owns((char *)mapped + 2 * MIB));
-  munmap(mapped, 4 * MIB);
+  pages_unmap(mapped, 4 * MIB);
 }
 
 int main(void) {
-  page_size = (size_t)sysconf(_SC_PAGESIZE);
+  page_size = os_page_bytes();
   sweep_sizes_build();
   /* Nothing this test allocates survives it: the live figures must come
    * back to where they were (stdout's buffer is made before the baseline). */
@@ -602,7 +603,9 @@ int main(void) {
   test_free_sized();
   test_owns_foreign();
   test_large_blocks_grow_in_place();
+#if !defined(_WIN32)
   test_huge_pages_advice();
+#endif
 
   shoal_collect(true);
   shoal_stats_t after;

@@ -21,11 +21,21 @@
 # invalid free of small blocks must be among them, and the README's table
 # (section "Checked mode") must say what this run found.
 #
-# usage: check.sh <test_check_cases> <test_check_cases_cxx> [README.md]
+# usage: check.sh <test_check_cases> <test_check_cases_cxx | -> [README.md]
+#
+# Win64 programs under Wine (test/windows.cmake): SHOAL_TEST_RUNNER is the
+# command that runs them (test/wine-run.sh wine64), SHOAL_ABORT_STATUS
+# abort()'s exit status (3), no C++ program (-: its cases are left out), no
+# README; and call sites are "0xADDR (module+0xOFF)" (no symbol names on
+# Windows), which the lines must show for the case program's module.
 set -u
 program_c=$1
 program_cxx=$2
 readme=${3:-}
+read -r -a runner <<<"${SHOAL_TEST_RUNNER:-}"
+abort_status=${SHOAL_ABORT_STATUS:-134}
+module_sites=false
+[ -n "${SHOAL_TEST_RUNNER:-}" ] && module_sites=true
 ulimit -c 0 # the aborts are expected; no core files
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
@@ -62,7 +72,7 @@ run_case() {
   abort | checked) settings+=(SHOAL_CHECK=1) ;;
   ignore) settings+=(SHOAL_CHECK=1 SHOAL_ABORT_ON_ERROR=0) ;;
   esac
-  { env "${settings[@]}" "$program" "$name" >"$scratch/out" 2>"$scratch/err"; } 2>/dev/null
+  { env "${settings[@]}" "${runner[@]}" "$program" "$name" >"$scratch/out" 2>"$scratch/err"; } 2>/dev/null
   status=$?
   runs=$((runs + 1))
 }
@@ -70,7 +80,7 @@ run_case() {
 # check_fault NAME KIND FUNCTION ALLOCATED_IN FREED ENV MODE
 check_fault() {
   local name=$1 kind=$2 function=$3 allocated_in=$4 freed=$5 environment=$6 mode=$7
-  local label="$name ($mode)" expected_status=134 ending=""
+  local label="$name ($mode)" expected_status=$abort_status ending=""
   local trapped=false
   case "$function" in read | write | access) trapped=true ;; esac
   if [ "$mode" = ignore ]; then
@@ -102,10 +112,16 @@ check_fault() {
   if [ -z "$printed" ] || [ -z "$reported" ] || ((printed != reported)); then
     fail "$label: the line names '$reported', the case's pointer was '$printed': $message"
   fi
+  local site="; allocated at $allocated_in+0x" module=""
+  if $module_sites; then # no names: the address in the case program's module
+    site="; allocated at 0x" module=" ($(basename "$program_c")+0x"
+  fi
   if [ "$allocated_in" = - ]; then
     [[ "$message" != *"; allocated at "* ]] ||
       fail "$label: an allocation site for a pointer shoal never handed out: $message"
-  elif [[ "$message" != *"; allocated at $allocated_in+0x"* &&
+  elif $module_sites && [[ "$message" != *"$site"*"$module"* ]]; then
+    fail "$label: the line does not say 'allocated at 0x... ($module...)': $message"
+  elif ! $module_sites && [[ "$message" != *"; allocated at $allocated_in+0x"* &&
           "$message" != *"; allocated at $allocated_in ("*":"* ]]; then
     fail "$label: the line does not say 'allocated at $allocated_in+0x...' (or '$allocated_in (file:line)'): $message"
   fi
@@ -115,9 +131,14 @@ check_fault() {
   else
     [[ "$message" != *"; freed at "* ]] || fail "$label: 'freed at' for a live block: $message"
   fi
-  # function+0xOFF (object), or with debug information function (file:line)
-  [[ "$message" =~ \;\ called\ at\ [A-Za-z_][A-Za-z0-9_.]*(\+0x[0-9a-f]+|\ \([^:\ ]+:[0-9]+\))\  ]] ||
-    fail "$label: the line does not name the calling function: $message"
+  if $module_sites; then
+    [[ "$message" =~ \;\ called\ at\ 0x[0-9a-f]+\ \([A-Za-z0-9_.]+\+0x[0-9a-f]+\) ]] ||
+      fail "$label: the line does not name the calling module: $message"
+  else
+    # function+0xOFF (object), or with debug information function (file:line)
+    [[ "$message" =~ \;\ called\ at\ [A-Za-z_][A-Za-z0-9_.]*(\+0x[0-9a-f]+|\ \([^:\ ]+:[0-9]+\))\  ]] ||
+      fail "$label: the line does not name the calling function: $message"
+  fi
   if [ -n "$ending" ]; then
     [[ "$message" == *"$ending" ]] || fail "$label: the line does not end in '$ending': $message"
   else
@@ -142,7 +163,7 @@ default_outcome() {
   run_case "$name" "$environment" default
   local message
   message=$(head -n 1 "$scratch/err" | sed 's/0x[0-9a-fA-F]*/P/g')
-  if [ "$status" -eq 134 ] && [ "$(wc -l <"$scratch/err")" -eq 1 ] &&
+  if [ "$status" -eq "$abort_status" ] && [ "$(wc -l <"$scratch/err")" -eq 1 ] &&
     [[ "$message" == "shoal: "* ]]; then
     echo "caught: ${message#shoal: }"
   elif [ "$status" -eq 3 ] && [ ! -s "$scratch/err" ]; then
@@ -252,6 +273,7 @@ while IFS='|' read -r name kind function allocated_in freed environment; do
   [ -n "$name" ] || continue
   kind=$(trim "$kind") function=$(trim "$function") allocated_in=$(trim "$allocated_in")
   freed=$(trim "$freed") environment=$(trim "$environment")
+  [[ "$name" == cxx-* && "$program_cxx" == - ]] && continue
   listed+="$name "
   if [ "$kind" = legal ]; then
     check_legal "$name" "$environment" checked
@@ -266,12 +288,14 @@ while IFS='|' read -r name kind function allocated_in freed environment; do
 done <<<"$catalogue"
 
 # Every case the programs know is in the catalogue, and only those.
-for program in "$program_c" "$program_cxx"; do
+programs=("$program_c")
+[ "$program_cxx" = - ] || programs+=("$program_cxx")
+for program in "${programs[@]}"; do
   while read -r name _; do
     [[ " $listed" == *" $name "* ]] || fail "case $name of $(basename "$program") is not in check.sh"
-  done < <("$program")
+  done < <("${runner[@]}" "$program")
 done
-known=$( ("$program_c" && "$program_cxx") | wc -l)
+known=$(for program in "${programs[@]}"; do "${runner[@]}" "$program"; done | wc -l)
 [ "$known" -eq $((${#faults[@]} + legal_count)) ] ||
   fail "the programs have $known cases, check.sh lists $((${#faults[@]} + legal_count))"
 

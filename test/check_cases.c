@@ -21,7 +21,6 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 
 #include "shoal.h"
 #include "testhelper.h"
@@ -91,7 +90,7 @@ SITE_FUNCTION unsigned char peek(const void *block, ptrdiff_t offset) {
 /* stdout is unbuffered (main), so that printing allocates nothing between
  * a case's calls. */
 static void announce(const void *pointer) {
-  printf("address %p\n", pointer);
+  printf("address 0x%" PRIxPTR "\n", (uintptr_t)pointer);
 }
 
 static bool ignoring(void) {
@@ -253,10 +252,10 @@ static int case_free_static(void) {
   return free_foreign(opaque_pointer(static_array + 32));
 }
 static int case_free_mmap(void) {
-  void *mapping = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  CHECK(mapping != MAP_FAILED);
+  void *mapping = pages_map(4096);
+  CHECK(mapping != NULL);
   int status = free_foreign(mapping);
-  munmap(mapping, 4096);
+  pages_unmap(mapping, 4096);
   return status;
 }
 
@@ -772,7 +771,7 @@ static int case_legal_aligned(void) {
   }
   void *p = NULL;
   CHECK(posix_memalign(&p, 24, 100) == EINVAL);
-  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  size_t page = os_page_bytes();
   void *v = valloc(100), *w = pvalloc(100);
   CHECK(v != NULL && is_aligned(v, page) && w != NULL && is_aligned(w, page));
   memset(v, 1, 100);

@@ -2,7 +2,8 @@
 # The layers call only downwards (src/README.md): tools/check-layers.py on
 # this build's objects finds no include or call up a layer. And it would:
 # a copy of two core files where page.c includes the diagnostics' header and
-# calls the heap above it must fail the check, naming both breaches.
+# calls the heap above it must fail the check, naming both breaches, and so
+# must a core file that names the platform (only os/ may).
 set -u
 source_dir=$1
 build_dir=$2
@@ -23,6 +24,7 @@ cp -r "$source_dir/src/." "$scratch/src/"
   echo '#include "diag/diag.h"'
   echo 'void *page_reaches_up(void) { return heap_malloc_slow(&heap_empty, 16); }'
 } >> "$scratch/src/core/page.c"
+printf '#if defined(_WIN32)\n#endif\n' >> "$scratch/src/core/heap.c"
 for file in page heap; do
   cc -std=c11 -D_GNU_SOURCE -I "$scratch/src" -I "$source_dir/include" -c \
     "$scratch/src/core/$file.c" -o "$scratch/obj/core/$file.c.o" || fail=1
@@ -34,6 +36,8 @@ echo "$out" | grep -q 'core/page.c:[0-9]*: includes diag/diag.h, a layer above c
   { echo "FAIL: the include up a layer was not named: $out"; fail=1; }
 echo "$out" | grep -q 'core/page.c uses heap_malloc_slow of core/heap.c, a layer above it' ||
   { echo "FAIL: the call up a layer was not named: $out"; fail=1; }
+echo "$out" | grep -q 'core/heap.c:[0-9]*: names the platform (_WIN32); only os/ may' ||
+  { echo "FAIL: the platform named above os/ was not caught: $out"; fail=1; }
 
 [ "$fail" -eq 0 ] && echo "layers: the check passes on the library and fails on a breach"
 exit "$fail"

@@ -38,7 +38,7 @@ static void witnesses_check_and_free(size_t size) {
 }
 
 static void announce(const void *bad_pointer) {
-  printf("address %p\n", bad_pointer);
+  printf("address 0x%" PRIxPTR "\n", (uintptr_t)bad_pointer);
   fflush(stdout);
 }
 

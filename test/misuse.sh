@@ -7,9 +7,11 @@
 #   SHOAL_ABORT_ON_ERROR=0: the same line with " (ignored)" at its end, and
 #     the program goes on and exits 0 (it checks itself that nothing changed).
 #
-# usage: misuse.sh <path to test_misuse>
+# usage: misuse.sh <path to test_misuse> — or a command that runs it (Win64:
+# test/wine-run.sh wine64 test_misuse.exe, where abort() is exit status 3,
+# given as SHOAL_ABORT_STATUS)
 set -u
-misuse=$1
+misuse=("$@")
 ulimit -c 0 # the aborts are expected; no core files
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
@@ -25,11 +27,11 @@ check_case() {
   local name=$1 function=$2 kind=$3 mode=$4 status expected_status
   if [ "$mode" = abort ]; then
     # The braces catch bash's own "Aborted" notice; the program's stderr is in err.
-    { env -u SHOAL_ABORT_ON_ERROR "$misuse" "$name" >"$scratch/out" 2>"$scratch/err"; } 2>/dev/null
+    { env -u SHOAL_ABORT_ON_ERROR "${misuse[@]}" "$name" >"$scratch/out" 2>"$scratch/err"; } 2>/dev/null
     status=$?
-    expected_status=134 # 128 + SIGABRT
+    expected_status=${SHOAL_ABORT_STATUS:-134} # 128 + SIGABRT
   else
-    { SHOAL_ABORT_ON_ERROR=0 "$misuse" "$name" >"$scratch/out" 2>"$scratch/err"; } 2>/dev/null
+    { SHOAL_ABORT_ON_ERROR=0 "${misuse[@]}" "$name" >"$scratch/out" 2>"$scratch/err"; } 2>/dev/null
     status=$?
     expected_status=0
   fi
@@ -105,7 +107,7 @@ while read -r name function kind; do
 done <<<"$cases"
 
 # Every case the program knows is covered above.
-known=$("$misuse" | wc -l)
+known=$("${misuse[@]}" | wc -l)
 if [ "$known" -ne $((count / 2)) ]; then
   fail "the program has $known cases, this script checks $((count / 2))"
 fi

@@ -4,10 +4,10 @@
  * expression, so a failing ctest run names the broken promise directly.
  * The rest are the small tools every test needs: the SHOAL_TEST_SCALE factor
  * (sanitizer runs shrink the work, not the checks), resident memory read from
- * /proc/self/statm, a fill/verify pattern that proves a block's bytes belong
- * to it alone, a deterministic random generator, and opaque values that keep
- * the compiler from folding allocator calls whose outcome a test asserts.
- * C and C++ (cxx.cpp) both include it. */
+ * /proc/self/statm (the working set on Windows), a fill/verify pattern that proves a block's bytes
+ * belong to it alone, a deterministic random generator, and opaque values that keep the compiler
+ * from folding allocator calls whose outcome a test asserts. C and C++ (cxx.cpp) both include it.
+ */
 #ifndef SHOAL_TESTHELPER_H
 #define SHOAL_TESTHELPER_H
 
@@ -18,12 +18,39 @@
 #endif
 
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#if !defined(_WIN32)
+#include <sys/mman.h>
+#endif
+
+#if defined(_WIN32)
+/* Win64 builds (under Wine): the program links libshoal.a, whose standard
+ * names the C runtime's headers do not all declare; resident memory is the
+ * process's working set. */
+#define WIN32_LEAN_AND_MEAN
+#include <windows.h>
+#include <psapi.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+int posix_memalign(void **result, size_t alignment, size_t size);
+void *memalign(size_t alignment, size_t size);
+void *valloc(size_t size);
+void *pvalloc(size_t size);
+void *aligned_alloc(size_t alignment, size_t size);
+void *reallocarray(void *block, size_t count, size_t size);
+size_t malloc_usable_size(void *block);
+#ifdef __cplusplus
+}
+#endif
+#endif
 
 /* True in builds under TSan or ASan. Their runtimes keep shadow memory and
  * per-thread records of their own, so resident-memory bounds that hold for
@@ -38,6 +65,17 @@
 #endif
 #ifndef TEST_SHADOW_SANITIZER
 #define TEST_SHADOW_SANITIZER 0
+#endif
+
+/* Blocks the thread library itself may hold through malloc for each thread
+ * a test starts: none with glibc (thread records live in the thread's
+ * stack mapping); winpthreads, statically linked into the Win64 tests,
+ * mallocs a record per thread (in shoal's heap, as malloc is shoal's there)
+ * and keeps some after the join for reuse. Live-block counts allow this. */
+#if defined(_WIN32)
+#define THREAD_LIBRARY_BLOCKS_PER_THREAD 1
+#else
+#define THREAD_LIBRARY_BLOCKS_PER_THREAD 0
 #endif
 
 /* _exit, not exit: a failing check may sit in a worker thread while others
@@ -84,6 +122,13 @@ static inline size_t scaled_count(size_t count, size_t minimum) {
 
 /* Bytes resident now, from /proc/self/statm (second field, in pages).
  * Read with open/read so that measuring allocates nothing. */
+#if defined(_WIN32)
+static inline size_t rss_bytes(void) {
+  PROCESS_MEMORY_COUNTERS counters;
+  if (!K32GetProcessMemoryInfo(GetCurrentProcess(), &counters, sizeof counters)) return 0;
+  return (size_t)counters.WorkingSetSize;
+}
+#else
 static inline size_t rss_bytes(void) {
   char text[128];
   int fd = open("/proc/self/statm", O_RDONLY);
@@ -96,6 +141,35 @@ static inline size_t rss_bytes(void) {
   if (sscanf(text, "%lu %lu", &total_pages, &resident_pages) != 2) return 0;
   return (size_t)resident_pages * (size_t)sysconf(_SC_PAGESIZE);
 }
+#endif
+
+/* The OS page, and whole pages mapped and unmapped without shoal: memory
+ * that is no block of shoal's. */
+#if defined(_WIN32)
+static inline size_t os_page_bytes(void) {
+  SYSTEM_INFO info;
+  GetSystemInfo(&info);
+  return (size_t)info.dwPageSize;
+}
+static inline void *pages_map(size_t size) {
+  return VirtualAlloc(NULL, size, MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE);
+}
+static inline void pages_unmap(void *pages, size_t size) {
+  (void)size;
+  VirtualFree(pages, 0, MEM_RELEASE);
+}
+#else
+static inline size_t os_page_bytes(void) {
+  return (size_t)sysconf(_SC_PAGESIZE);
+}
+static inline void *pages_map(size_t size) {
+  void *pages = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return pages == MAP_FAILED ? NULL : pages;
+}
+static inline void pages_unmap(void *pages, size_t size) {
+  munmap(pages, size);
+}
+#endif
 
 static inline double now_seconds(void) {
   struct timespec now;

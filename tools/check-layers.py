@@ -10,6 +10,10 @@ folder below. Inside core the files are ranked too (CORE_ORDER, the order
 src/README.md draws): a core file uses only the files ranked before it.
 Other folders' files may call each other.
 
+Only os knows the platform: a file of another folder that names one
+(_WIN32, __linux__, windows.h, ...) is a breach too. (A format, such as
+__ELF__ for the diagnostics' ELF symbol reader, is not a platform.)
+
 Includes are read from each .c and .h (`#include "folder/file.h"`); the
 symbols each object defines and uses from `nm` on every .o under the
 OBJECT_DIRs (named <folder>/<file>.c.o, as CMake builds them). Each breach
@@ -22,9 +26,10 @@ import sys
 from pathlib import Path
 
 LAYERS = ["os", "core", "diag", "api"]
-CORE_ORDER = ["lock", "options", "size_class", "arena", "large", "segment", "page", "heap",
+CORE_ORDER = ["format", "lock", "options", "size_class", "arena", "large", "segment", "page", "heap",
               "alloc", "stats", "init"]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/([^"]+)"')
+PLATFORM = re.compile(r'\b(_WIN32|_WIN64|__linux__|__APPLE__|__FreeBSD__)\b|<(windows|winbase|unistd)\.h>')
 
 
 def rank(folder, stem):
@@ -55,6 +60,10 @@ def check_includes(src_dir):
             breaches.append(f"{path}: in no layer (a folder of {', '.join(LAYERS)})")
             continue
         for number, line in enumerate(path.read_text().splitlines(), 1):
+            platform = PLATFORM.search(line)
+            if platform is not None and folder != "os":
+                breaches.append(f"{path}:{number}: names the platform ({platform.group(0)}); "
+                                f"only os/ may")
             match = INCLUDE.match(line)
             if match is None:
                 continue

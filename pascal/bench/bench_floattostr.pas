@@ -11,7 +11,7 @@ program bench_floattostr;
 uses
   {$ifdef MM_SHOAL} ShoalMM, {$endif}
   {$ifdef MM_CMEM} cmem, {$endif}
-  cthreads, UnixType, Linux, SysUtils;
+  {$ifdef unix} cthreads, UnixType, Linux, {$else} Windows, {$endif} SysUtils;
 
 {$i benchutil.inc}
 

@@ -12,7 +12,7 @@ program bench_loader;
 uses
   {$ifdef MM_SHOAL} ShoalMM, {$endif}
   {$ifdef MM_CMEM} cmem, {$endif}
-  cthreads, UnixType, Linux, SysUtils, Classes, Contnrs;
+  {$ifdef unix} cthreads, UnixType, Linux, {$else} Windows, {$endif} SysUtils, Classes, Contnrs;
 
 {$i benchutil.inc}
 
@@ -107,12 +107,21 @@ end;
 
 { CPU time of the calling thread, microseconds. }
 function ThreadCpuMicroseconds: Int64;
+{$ifdef unix}
 var
   Time: timespec;
 begin
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, @Time);
   Result := Int64(Time.tv_sec) * 1000000 + Time.tv_nsec div 1000;
 end;
+{$else}
+var
+  Creation, Exit, Kernel, User: TFileTime;
+begin
+  GetThreadTimes(GetCurrentThread, Creation, Exit, Kernel, User);
+  Result := (Int64(Kernel) + Int64(User)) div 10; { 100 ns units }
+end;
+{$endif}
 
 procedure Measure(BackgroundThreads: Integer);
 var

@@ -10,7 +10,7 @@ program bench_parallel;
 uses
   {$ifdef MM_SHOAL} ShoalMM, {$endif}
   {$ifdef MM_CMEM} cmem, {$endif}
-  cthreads, UnixType, Linux, SysUtils, Classes, Contnrs;
+  {$ifdef unix} cthreads, UnixType, Linux, {$else} Windows, {$endif} SysUtils, Classes, Contnrs;
 
 {$i benchutil.inc}
 

@@ -9,7 +9,7 @@ program bench_realloc;
 uses
   {$ifdef MM_SHOAL} ShoalMM, {$endif}
   {$ifdef MM_CMEM} cmem, {$endif}
-  cthreads, UnixType, Linux, SysUtils, Generics.Collections;
+  {$ifdef unix} cthreads, UnixType, Linux, {$else} Windows, {$endif} SysUtils, Generics.Collections;
 
 {$i benchutil.inc}
 

@@ -10,6 +10,10 @@
 #
 # Environment: SHOAL_BENCH_RUNS (default 3), SHOAL_BENCH_SCALE (default 1:
 # the sizes the seeds use; 0.1 for a quick look), FPC (default fpc).
+#
+# SHOAL_BENCH_TARGET=win64: the same programs as Win64 programs under Wine
+# (BUILD_DIR is then the Win64 build, make windows; cmem is msvcrt's
+# malloc; WINE and WINEPREFIX as for pascal/windows/run_tests.sh).
 set -euo pipefail
 
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
@@ -23,11 +27,30 @@ build=$(cd "${2:-$repo/build}" && pwd)
 fpc=${FPC:-fpc}
 runs=${SHOAL_BENCH_RUNS:-3}
 managers=(default cmem shoal)
+target=${SHOAL_BENCH_TARGET:-native}
+target_options=()
+exe=""
+runner=()
+library=libshoal.a
+cmem_text="glibc malloc"
+if [ "$target" = win64 ]; then
+  fpc_version=$("$fpc" -iV)
+  rtl=$("$repo/tools/fpc-win64-rtl" "$build/fpc")
+  packages=/usr/share/fpcsrc/$fpc_version/packages
+  target_options=(-Twin64 -Px86_64 -Fu"$rtl" -Fu"$packages/fcl-base/src" -Fu"$packages/rtl-generics/src"
+                  -Fu"$packages/rtl-objpas/src/inc" -Fu"$packages/rtl-objpas/src/win"
+                  -Fi"$packages/rtl-objpas/src/inc" -Fi"$packages/rtl-objpas/src/x86_64")
+  exe=.exe
+  runner=("${WINE:-/usr/lib/wine/wine64}")
+  export WINEDEBUG=${WINEDEBUG:--all}
+  library=libshoal_fpc.a
+  cmem_text="msvcrt's malloc (the C runtime's heap)"
+fi
 # In the order of the report; each writes lines for one experiment.
 benches=(bench_realloc bench_objects bench_parallel bench_floattostr bench_loader)
 
-if [ ! -e "$build/libshoal.a" ]; then
-  echo "$0: $build/libshoal.a is missing; build it first:" >&2
+if [ ! -e "$build/$library" ]; then
+  echo "$0: $build/$library is missing; build it first:" >&2
   echo "  cmake -S $repo -B $build -DCMAKE_BUILD_TYPE=Release && cmake --build $build" >&2
   exit 1
 fi
@@ -43,7 +66,7 @@ for manager in "${managers[@]}"; do
   mkdir -p "$work/$manager/units"
   for bench in "${benches[@]}"; do
     # shellcheck disable=SC2086  # define is empty or one option
-    if ! (cd "$work/$manager" && "$fpc" -O2 -vew $define -Fu"$here/.." -Fl"$build" \
+    if ! (cd "$work/$manager" && "$fpc" "${target_options[@]}" -O2 -vew $define -Fu"$here/.." -Fl"$build" \
           -FU"$work/$manager/units" -FE"$work/$manager" "$here/$bench.pas") \
           >"$work/$manager/$bench.build.log" 2>&1; then
       echo "$0: $bench does not build with $manager:" >&2
@@ -61,13 +84,14 @@ for run in $(seq 1 "$runs"); do
   for bench in "${benches[@]}"; do
     for manager in "${managers[@]}"; do
       start=$(date +%s.%N)
-      if ! "$work/$manager/$bench" >"$work/$manager/$bench.out" 2>&1; then
+      if ! "${runner[@]}" "$work/$manager/$bench$exe" >"$work/$manager/$bench.out" 2>&1; then
         echo "$0: $bench failed under $manager:" >&2
         tail -n 20 "$work/$manager/$bench.out" >&2
         exit 1
       fi
-      awk -F'\t' -v m="$manager" -v r="$run" '$1 == "RESULT" { print m "\t" $2 "\t" $3 "\t" r "\t" $4 }' \
-        "$work/$manager/$bench.out" >>"$results"
+      tr -d '\r' <"$work/$manager/$bench.out" |
+        awk -F'\t' -v m="$manager" -v r="$run" '$1 == "RESULT" { print m "\t" $2 "\t" $3 "\t" r "\t" $4 }' \
+          >>"$results"
       secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
       echo "run $run/$runs  $bench  $manager  ${secs} s"
     done
@@ -81,12 +105,22 @@ fpc_version=$("$fpc" -iV)
 commit=$(git -C "$repo" describe --always --dirty 2>/dev/null || echo unknown)
 
 {
-  echo "# ShoalMM benchmarks: the seeds' experiments in Free Pascal"
-  echo
-  echo "$(date -u +%Y-%m-%d), $cpu, $cores cores, FPC $fpc_version, shoal $commit."
+  if [ "$target" = win64 ]; then
+    echo "# ShoalMM benchmarks: the seeds' experiments as Win64 programs under Wine"
+    echo
+    echo "**Wine is not Windows.** Wine runs the programs' own code as it is, but memory,"
+    echo "threads and waiting go through Wine to Linux: these figures compare the managers"
+    echo "side by side on this machine, and say nothing of their times on Windows."
+    echo
+    echo "$(date -u +%Y-%m-%d), $cpu, $cores cores, FPC $fpc_version (-Twin64), $(${runner[0]} --version 2>/dev/null || echo Wine), shoal $commit."
+  else
+    echo "# ShoalMM benchmarks: the seeds' experiments in Free Pascal"
+    echo
+    echo "$(date -u +%Y-%m-%d), $cpu, $cores cores, FPC $fpc_version, shoal $commit."
+  fi
   echo "Median of $runs runs, milliseconds on a microsecond clock read inside each program"
-  echo "(lower is better). **FPC heap**: the RTL's default manager; **cmem**: glibc malloc"
-  echo "through FPC's cmem unit; **ShoalMM**: this unit with libshoal.a. Load average"
+  echo "(lower is better). **FPC heap**: the RTL's default manager; **cmem**: $cmem_text"
+  echo "through FPC's cmem unit; **ShoalMM**: this unit with $library. Load average"
   echo "$load_before before the runs, $load_after after (other work on the machine shows as noise)."
   if [ "${SHOAL_BENCH_SCALE:-1}" != 1 ]; then
     echo "Sizes scaled by SHOAL_BENCH_SCALE=$SHOAL_BENCH_SCALE (the titles give the full sizes)."

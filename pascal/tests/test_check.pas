@@ -9,7 +9,7 @@ program test_check;
 {$mode objfpc}{$H+}
 
 uses
-  ShoalMM, cthreads, SysUtils, Classes;
+  ShoalMM, {$ifdef unix} cthreads, {$endif} SysUtils, Classes;
 
 {$i check.inc}
 

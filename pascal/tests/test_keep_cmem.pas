@@ -6,7 +6,7 @@ program test_keep_cmem;
 {$mode objfpc}{$H+}
 
 uses
-  cmem, ShoalMM, cthreads, SysUtils, Classes;
+  cmem, ShoalMM, {$ifdef unix} cthreads, {$endif} SysUtils, Classes;
 
 {$i check.inc}
 

@@ -6,7 +6,7 @@ program test_keep_heaptrc;
 {$mode objfpc}{$H+}
 
 uses
-  ShoalMM, cthreads, SysUtils, Classes;
+  ShoalMM, {$ifdef unix} cthreads, {$endif} SysUtils, Classes;
 
 {$i check.inc}
 

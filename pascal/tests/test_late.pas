@@ -8,7 +8,7 @@ program test_late;
 {$mode objfpc}{$H+}
 
 uses
-  cthreads, SysUtils, Classes, ShoalMM;
+  {$ifdef unix} cthreads, {$endif} SysUtils, Classes, ShoalMM;
 
 {$i check.inc}
 

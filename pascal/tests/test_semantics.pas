@@ -9,7 +9,7 @@ program test_semantics;
 {$mode objfpc}{$H+}
 
 uses
-  ShoalMM, cthreads, BaseUnix, SysUtils;
+  ShoalMM, {$ifdef unix} cthreads, BaseUnix, {$endif} SysUtils;
 
 {$i check.inc}
 
@@ -330,7 +330,9 @@ begin
   if IsOutOfMemoryChild then
   begin
     ErrorProc := nil;  { no SysUtils exception: the plain run-time error }
+    {$ifdef unix}
     fpDup2(fpOpen('/dev/null', O_WRONLY), 2);  { keep its message out of the log }
+    {$endif}
     GetMem(Impossible);
     Halt(0);
   end;

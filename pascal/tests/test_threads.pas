@@ -8,7 +8,7 @@ program test_threads;
 {$mode objfpc}{$H+}
 
 uses
-  ShoalMM, cthreads, SysUtils, Classes, Contnrs;
+  ShoalMM, {$ifdef unix} cthreads, {$endif} SysUtils, Classes, Contnrs;
 
 {$i check.inc}
 

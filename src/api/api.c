@@ -39,6 +39,15 @@ __attribute__((constructor)) static void api_constructor(void) {
   diag_load_unwinder();
 }
 
+/* The reports at exit (SHOAL_STATS, SHOAL_LEAKS, SHOAL_CONTENTION,
+ * SHOAL_TRACE) for a program that runs no C destructors: Free Pascal's,
+ * where ShoalMM calls this at its finalization, the last of the program's
+ * units. Each report is made once, whoever asks first. */
+void api_exit_reports(void) {
+  stats_report_at_exit();
+  diag_at_exit();
+}
+
 /* ---- the slow exits of the fast paths ---- */
 
 static slow_path void *alloc_first(size_t size, caller_t caller) {

@@ -42,4 +42,7 @@ void *api_valloc(size_t size, caller_t caller);
 void *api_pvalloc(size_t size, caller_t caller);
 size_t api_usable_size(const void *p, const char *function, caller_t caller);
 
+/* The reports at exit, for hosts that run no C destructors (api.c). */
+void api_exit_reports(void);
+
 #endif /* SHOAL_API_H */

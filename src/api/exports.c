@@ -51,6 +51,12 @@ exported void free_aligned_sized(void *p, size_t alignment, size_t size) {
   api_free(p, size, OWN_CALLER);
 }
 
+/* The C++ operators reach the C++ runtime through weak references, which
+ * ELF keeps through the merge of libshoal.a into one object and COFF (PE:
+ * Windows) does not. There, C++ programs get shoal through the runtime's
+ * own operator new and delete, which call malloc and free: shoal's, when
+ * libstdc++ is linked statically (README, "Windows"). */
+#if defined(__ELF__)
 /* ---- C++ (Itanium ABI names, size_t = unsigned long) ---- */
 
 typedef void (*new_handler_t)(void);
@@ -173,3 +179,4 @@ exported void _ZdaPvmSt11align_val_t(void *p, size_t size, size_t alignment) {
   (void)alignment;
   api_free(p, size, OWN_CALLER);
 }
+#endif /* __ELF__ */

@@ -16,7 +16,6 @@
 #include "core/internal.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <string.h>
 
 /* The earliest time a dead thread's heap is due for its purge; 0: none.
@@ -29,7 +28,6 @@ shoal_heap_t heap_empty = {
 };
 __attribute__((tls_model("initial-exec"))) _Thread_local shoal_heap_t *thread_heap = &heap_empty;
 __attribute__((tls_model("initial-exec"))) _Thread_local shoal_heap_t *thread_heap_parked;
-pthread_key_t heap_exit_key;
 static _Thread_local bool thread_exited; /* its heap was abandoned at its exit */
 core_hooks_t core_hooks;
 
@@ -490,7 +488,7 @@ static void heap_init_new(shoal_heap_t *heap) {
 }
 
 shoal_heap_t *heap_get_or_create(void) {
-  /* process_init (run by the caller) may have allocated (pthread_atfork)
+  /* process_init (run by the caller) may have allocated (the fork handlers)
    * and made our heap. */
   if (thread_heap != &heap_empty) return thread_heap;
   bool adopted = false;
@@ -501,7 +499,7 @@ shoal_heap_t *heap_get_or_create(void) {
   else
     heap_init_new(heap);
   thread_heap = heap;
-  pthread_setspecific(heap_exit_key, heap);
+  os_thread_exit_arm(heap);
   return heap;
 }
 

@@ -3,13 +3,11 @@
  * The first malloc may come before main (the dynamic loader, dlsym, TLS
  * set-up under LD_PRELOAD), so initialisation allocates nothing through
  * shoal until it is done: options are read with getenv, the key comes from
- * getrandom, and pthread_atfork (which may allocate) runs last. The layer
+ * the OS, and the fork handlers (pthread_atfork may allocate) come last. The layer
  * that takes the program's first call runs process_init before anything
  * else of the core, with its own start-up to run once inside (where it
  * fills in core_hooks for what it wants told). */
 #include "core/internal.h"
-
-#include <sched.h>
 
 enum { INIT_NONE, INIT_RUNNING, INIT_DONE };
 
@@ -28,17 +26,18 @@ void process_init(void (*above)(void)) {
   int expected = INIT_NONE;
   if (!atomic_compare_exchange_strong_explicit(&init_state, &expected, INIT_RUNNING,
                                                memory_order_acq_rel, memory_order_acquire)) {
-    while (atomic_load_explicit(&init_state, memory_order_acquire) != INIT_DONE) sched_yield();
+    while (atomic_load_explicit(&init_state, memory_order_acquire) != INIT_DONE) os_yield();
     return;
   }
+  os_init();
   options_init();
   free_key = (uintptr_t)os_random_key();
   arena_register_for_fork();
   huge_register_for_fork();
   if (above != NULL) above();
-  pthread_key_create(&heap_exit_key, heap_thread_exit);
+  os_thread_exit_init(heap_thread_exit);
   atomic_store_explicit(&init_state, INIT_DONE, memory_order_release);
-  pthread_atfork(lock_fork_prepare, lock_fork_parent, fork_child);
+  os_at_fork(lock_fork_prepare, lock_fork_parent, fork_child);
   verbose("ready: segments of %zu KiB, %d size classes up to %d bytes, purge delay %ld ms",
           SEGMENT_SIZE >> 10, CLASS_COUNT, MEDIUM_MAX, option(SHOAL_OPTION_PURGE_DELAY));
 }

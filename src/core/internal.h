@@ -24,10 +24,10 @@
 #ifndef SHOAL_INTERNAL_H
 #define SHOAL_INTERNAL_H
 
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
-#include <pthread.h>
 #include <stdint.h>
 
 #include "os/os.h"
@@ -41,6 +41,11 @@
 #define fast_path     static inline __attribute__((__always_inline__))
 #define exported      __attribute__((visibility("default")))
 #define cache_aligned __attribute__((aligned(64)))
+
+/* Addresses in messages: "0x" and hex on every platform (%p prints no 0x
+ * with some C runtimes, Windows' among them). */
+#define ADDRESS_FORMAT "0x%" PRIxPTR
+#define ADDRESS_ARG(p) ((uintptr_t)(const void *)(p))
 
 /* The call site of an exported function: its return address. Inlined fast
  * paths take it as an argument (caller_t) so that it names the program's
@@ -315,6 +320,13 @@ extern _Atomic(long) option_values[SHOAL_OPTION_COUNT];
 static inline long option(shoal_option_t which) {
   return atomic_load_explicit(&option_values[which], memory_order_relaxed);
 }
+/* format.c: snprintf and vsnprintf for shoal's lines (the conversions
+ * d i u x s c p, widths, precisions, the lengths hh h l ll z t j): no
+ * allocation, no lock, no C library stdio. */
+int text_format(char *out, size_t capacity, const char *format, ...)
+    __attribute__((format(printf, 3, 4)));
+int text_vformat(char *out, size_t capacity, const char *format, va_list args)
+    __attribute__((format(printf, 3, 0)));
 void message(const char *format, ...) __attribute__((format(printf, 1, 2)));
 /* 1/true/on/yes -> 1, 0/false/off/no -> 0 (any case); false if neither. */
 bool option_parse_bool(const char *text, long *out);
@@ -422,7 +434,6 @@ extern _Thread_local shoal_heap_t *thread_heap_parked;
 static inline shoal_heap_t *thread_heap_own(void) {
   return thread_heap_parked != NULL ? thread_heap_parked : thread_heap;
 }
-extern pthread_key_t heap_exit_key; /* created at start-up: its destructor is heap_thread_exit */
 extern _Atomic(int64_t) abandoned_purge_at_ms; /* a dead thread's heap is due for purge then */
 /* The calling thread's heap, new or adopted; process_init must have run. */
 shoal_heap_t *heap_get_or_create(void);

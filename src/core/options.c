@@ -7,7 +7,6 @@
 #include "core/internal.h"
 
 #include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -98,7 +97,7 @@ void options_init(void) {
     const option_descriptor_t *d = &descriptors[i];
     long value = d->default_value;
     char variable[64];
-    snprintf(variable, sizeof variable, "SHOAL_%s", d->name);
+    text_format(variable, sizeof variable, "SHOAL_%s", d->name);
     const char *text = getenv(variable);
     if (text != NULL && *text != '\0') {
       bool ok = d->kind == OPTION_BOOL ? option_parse_bool(text, &value)
@@ -133,8 +132,8 @@ exported const char *shoal_option_name(shoal_option_t which) {
 
 static void message_va(const char *format, va_list args) {
   char line[512];
-  int n = snprintf(line, sizeof line, "shoal: ");
-  int m = vsnprintf(line + n, sizeof line - (size_t)n - 1, format, args);
+  int n = text_format(line, sizeof line, "shoal: ");
+  int m = text_vformat(line + n, sizeof line - (size_t)n - 1, format, args);
   size_t length = (size_t)n + (m < 0 ? 0 : (size_t)m);
   if (length > sizeof line - 2) length = sizeof line - 2;
   line[length++] = '\n';

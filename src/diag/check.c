@@ -38,7 +38,6 @@
 #include "diag/diag.h"
 
 #include <errno.h>
-#include <stdio.h>
 #include <string.h>
 
 #define FRONT_BYTES        48 /* offset word, size, magic, 16 guard bytes, 8 spare */
@@ -78,10 +77,10 @@ static void report_line(const char *kind, const char *function, const void *p,
                         const char *ending) {
   char allocated[1024] = "", freed[1024] = "", called[1024];
   if (record != NULL) {
-    size_t n = (size_t)snprintf(allocated, sizeof allocated, "; allocated at ");
+    size_t n = (size_t)text_format(allocated, sizeof allocated, "; allocated at ");
     site_format(&record->allocated_at, allocated + n, sizeof allocated - n);
     if (record->state == RECORD_QUARANTINED) {
-      n = (size_t)snprintf(freed, sizeof freed, "; freed at ");
+      n = (size_t)text_format(freed, sizeof freed, "; freed at ");
       site_format(&record->freed_at, freed + n, sizeof freed - n);
     }
   }
@@ -132,17 +131,17 @@ static bool guards_intact(const checked_block_t *block, const char *function, co
   if (bad == NULL) bad = first_changed(block->start + 8, (uint8_t *)header, GUARD_FILL);
   if (bad != NULL || header->size != size) {
     if (bad == NULL) bad = (const uint8_t *)header;
-    snprintf(detail, sizeof detail,
-             ": byte %td before the start of a %zu-byte block was overwritten", block->user - bad,
-             size);
+    text_format(detail, sizeof detail,
+                ": byte %td before the start of a %zu-byte block was overwritten",
+                block->user - bad, size);
     report("buffer underrun", function, block->user, block->record, detail, site);
     return false;
   }
   bad = first_changed(block->user + size, back_guard_end(block, size), GUARD_FILL);
   if (bad != NULL) {
-    snprintf(detail, sizeof detail,
-             ": byte %td of a %zu-byte block (%td past its end) was overwritten", bad - block->user,
-             size, bad - (block->user + size) + 1);
+    text_format(detail, sizeof detail,
+                ": byte %td of a %zu-byte block (%td past its end) was overwritten",
+                bad - block->user, size, bad - (block->user + size) + 1);
     report("buffer overrun", function, block->user, block->record, detail, site);
     return false;
   }
@@ -351,9 +350,9 @@ static bool find_block(const void *p, const char *function, const site_t *site, 
    * (from a copy of the record), so that frames get their files and lines. */
   if (p != block->user) {
     bool misaligned = ((uintptr_t)p & 15) != 0;
-    snprintf(detail, sizeof detail, ": %s%td bytes into a %zu-byte block at %p",
-             misaligned ? "not 16-byte aligned, " : "points ", (const uint8_t *)p - block->user,
-             record->size, (void *)block->user);
+    text_format(detail, sizeof detail, ": %s%td bytes into a %zu-byte block at %p",
+                misaligned ? "not 16-byte aligned, " : "points ", (const uint8_t *)p - block->user,
+                record->size, (void *)block->user);
     block_record_t copy = *record;
     records_unlock(block->shard);
     report(misaligned ? "misaligned pointer" : "pointer inside a block", function, p, &copy, detail,
@@ -361,7 +360,7 @@ static bool find_block(const void *p, const char *function, const site_t *site, 
     return false;
   }
   if (record->state == RECORD_QUARANTINED) {
-    snprintf(detail, sizeof detail, ": the %zu-byte block was already freed", record->size);
+    text_format(detail, sizeof detail, ": the %zu-byte block was already freed", record->size);
     block_record_t copy = *record;
     records_unlock(block->shard);
     report(free_call ? "double free" : "use after free", function, p, &copy, detail, site);
@@ -466,8 +465,9 @@ static bool freed_block_intact(const checked_block_t *block, const char *functio
   const uint8_t *bad = first_changed(block->user, block->user + size, FREED_FILL);
   if (bad == NULL) return guards_intact(block, function, site);
   char detail[160];
-  snprintf(detail, sizeof detail, ": byte %td of the %zu-byte block was written after it was freed",
-           bad - block->user, size);
+  text_format(detail, sizeof detail,
+              ": byte %td of the %zu-byte block was written after it was freed", bad - block->user,
+              size);
   report("write after free", function, block->user, block->record, detail, site);
   return false;
 }
@@ -561,18 +561,19 @@ static const char *fault_detail(char *detail, size_t capacity, ptrdiff_t offset,
                                 const inaccessible_view_t *view) {
   const char *zero = view->size == 0 ? " (malloc(0)'s pointer)" : "";
   if (!view->freed) {
-    snprintf(detail, capacity, ": byte %td of a 0-byte block (malloc(0)'s pointer has no bytes)",
-             offset);
+    text_format(detail, capacity, ": byte %td of a 0-byte block (malloc(0)'s pointer has no bytes)",
+                offset);
     return offset < 0 ? "buffer underrun" : "buffer overrun";
   }
   if (offset < 0)
-    snprintf(detail, capacity, ": byte %td before the start of a freed %zu-byte block%s", -offset,
-             view->size, zero);
+    text_format(detail, capacity, ": byte %td before the start of a freed %zu-byte block%s",
+                -offset, view->size, zero);
   else if ((size_t)offset >= view->size && view->size != 0)
-    snprintf(detail, capacity, ": byte %td of a freed %zu-byte block (%td past its end)", offset,
-             view->size, offset - (ptrdiff_t)view->size + 1);
+    text_format(detail, capacity, ": byte %td of a freed %zu-byte block (%td past its end)", offset,
+                view->size, offset - (ptrdiff_t)view->size + 1);
   else
-    snprintf(detail, capacity, ": byte %td of a freed %zu-byte block%s", offset, view->size, zero);
+    text_format(detail, capacity, ": byte %td of a freed %zu-byte block%s", offset, view->size,
+                zero);
   return "use after free";
 }
 
@@ -588,7 +589,7 @@ static void record_of_view(const inaccessible_view_t *view, block_record_t *reco
 /* The fault handler (os_catch_faults), in the faulting thread: when the
  * address is in an inaccessible block, report it and abort; else return.
  * Async-signal-safe as far as it must be: the table is read without a
- * lock, nothing is allocated (snprintf of numbers and strings does not).
+ * lock, nothing is allocated (text_format never does).
  * Naming the call sites takes the loader's lock (dladdr; recursive), and
  * the unwinder may take its own, which the interrupted code holds only
  * when it is the loader or the unwinder: neither touches the program's
@@ -604,8 +605,9 @@ static void check_fault(const void *address, const char *access, const void *ins
   block_record_t record;
   if (id == 0) { /* a malloc(0) address whose entry is gone */
     user = zero_address(zero_id_of(address));
-    snprintf(detail, sizeof detail,
-             ": a 0-byte block (malloc(0)'s pointer) that was freed and has left the quarantine");
+    text_format(
+        detail, sizeof detail,
+        ": a 0-byte block (malloc(0)'s pointer) that was freed and has left the quarantine");
   } else {
     user = (const void *)view.user;
     kind = fault_detail(detail, sizeof detail, (ptrdiff_t)((uintptr_t)address - view.user), &view);
@@ -719,8 +721,8 @@ void check_free(void *p, size_t size_hint, const char *function, const site_t *s
   block_record_t *record = block.record;
   if (size_hint != 0 && size_hint != record->size) {
     char detail[160];
-    snprintf(detail, sizeof detail, ": freed as %zu bytes, but the block has %zu", size_hint,
-             record->size);
+    text_format(detail, sizeof detail, ": freed as %zu bytes, but the block has %zu", size_hint,
+                record->size);
     report("wrong size", function, p, record, detail, site);
     records_unlock(block.shard);
     inaccessible_unreserve(reserved);

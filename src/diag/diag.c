@@ -16,7 +16,6 @@
 
 #include <errno.h>
 #include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -315,9 +314,10 @@ void diag_collect(void) {
 /* After the program's own destructors (a preloaded library is finalised
  * after the program). What the C library allocates for the reports (qsort
  * may) comes from the core, untracked. */
-__attribute__((destructor(101))) static void diag_at_exit(void) {
+__attribute__((destructor(101))) void diag_at_exit(void) {
+  static _Atomic(bool) done;
   int modes = diag_mode();
-  if (modes == 0) return;
+  if (modes == 0 || atomic_exchange(&done, true)) return;
   core_enter(modes);
   if (modes & DIAG_TRACE) trace_flush_all();
   if ((modes & DIAG_LEAKS) && !atomic_load_explicit(&leak_report_off, memory_order_relaxed))

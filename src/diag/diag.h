@@ -39,6 +39,10 @@ static inline bool diag_interposes(void) {
 void diag_start(void);
 void diag_load_unwinder(void); /* from the constructor: call sites walked in full (walk.c) */
 void diag_collect(void);       /* shoal_collect(true): checked mode empties its quarantine */
+/* The reports at exit, each once: C destructors run them; a host that runs
+ * none (Free Pascal) calls api_exit_reports. */
+void diag_at_exit(void);         /* trace, leaks, contention */
+void stats_report_at_exit(void); /* SHOAL_STATS */
 void *diag_malloc(size_t size, size_t alignment, caller_t caller);
 void diag_free(void *p, size_t size_hint, caller_t caller);
 void *diag_realloc(void *p, size_t size, caller_t caller);

@@ -13,7 +13,6 @@
  * checked mode) track every block and report exact figures throughout. */
 #include "diag/diag.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -397,14 +396,14 @@ static void write_kinds(const leak_t *items, size_t count, kind_count_t *kinds, 
     char line[1024];
     size_t length = 0;
     if (kinds[start].high == SIZE_MAX)
-      length = (size_t)snprintf(line, sizeof line, "  over %d KiB:", MEDIUM_MAX >> 10);
+      length = (size_t)text_format(line, sizeof line, "  over %d KiB:", MEDIUM_MAX >> 10);
     else
-      length = (size_t)snprintf(line, sizeof line, "  %zu - %zu bytes:", kinds[start].low,
-                                kinds[start].high);
+      length = (size_t)text_format(line, sizeof line, "  %zu - %zu bytes:", kinds[start].low,
+                                   kinds[start].high);
     for (size_t i = start; i < end && length < sizeof line; i++)
-      length += (size_t)snprintf(line + length, sizeof line - length, "%s %s x %s%zu",
-                                 i == start ? "" : ",", kind_names[kinds[i].name],
-                                 estimated ? "~" : "", kinds[i].blocks);
+      length += (size_t)text_format(line + length, sizeof line - length, "%s %s x %s%zu",
+                                    i == start ? "" : ",", kind_names[kinds[i].name],
+                                    estimated ? "~" : "", kinds[i].blocks);
     output_report_line("%s", line);
     start = end;
   }

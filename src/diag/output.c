@@ -14,7 +14,6 @@
 
 #include <errno.h>
 #include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -108,7 +107,7 @@ const char *output_file_path(void) {
 
 static void write_line(int fd, const char *format, va_list args) {
   char line[2048];
-  int n = vsnprintf(line, sizeof line - 1, format, args);
+  int n = text_vformat(line, sizeof line - 1, format, args);
   size_t length = n < 0 ? 0 : (size_t)n;
   if (length > sizeof line - 2) length = sizeof line - 2;
   line[length++] = '\n';

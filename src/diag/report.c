@@ -7,16 +7,14 @@
  * called (not after _exit or a crash), under LD_PRELOAD and when linked
  * alike. It must not allocate: a malloc from here would change the figures
  * being printed and could run into a heap being torn down. So lines are
- * formatted with snprintf into a buffer on the stack and written with
+ * formatted with text_format into a buffer on the stack and written with
  * os_write_stderr, as message() does, and SHOAL_STATS is read with getenv. */
 #include "core/internal.h"
 
 #include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <unistd.h>
 
 /* ---- the report: text gathered on the stack, written in a few calls ---- */
 
@@ -38,7 +36,7 @@ __attribute__((format(printf, 2, 3))) static void report_printf(report_t *report
     size_t room = sizeof report->text - report->length;
     va_list args;
     va_start(args, format);
-    int written = vsnprintf(report->text + report->length, room, format, args);
+    int written = text_vformat(report->text + report->length, room, format, args);
     va_end(args);
     if (written < 0) return;
     if ((size_t)written < room) {
@@ -63,9 +61,10 @@ static const char *bytes_readable(char *out, size_t out_size, size_t bytes) {
     unit++;
   }
   if (unit == 0)
-    snprintf(out, out_size, "%zu B", bytes);
+    text_format(out, out_size, "%zu B", bytes);
   else
-    snprintf(out, out_size, "%zu.%zu %s", bytes / scale, bytes % scale * 10 / scale, units[unit]);
+    text_format(out, out_size, "%zu.%zu %s", bytes / scale, bytes % scale * 10 / scale,
+                units[unit]);
   return out;
 }
 
@@ -88,7 +87,7 @@ static void table_class_row(report_t *report, const char *label, const shoal_cla
 }
 
 static void table_print(report_t *report, const shoal_stats_t *stats) {
-  report_printf(report, "shoal: statistics of process %ld at exit\n", (long)getpid());
+  report_printf(report, "shoal: statistics of process %ld at exit\n", os_process_id());
 #define FIGURE_LINE(name, kind, description)                                                       \
   table_figure(report, #name, STATS_KIND(kind), stats->name, description);
   SHOAL_STATS_FIELDS(FIGURE_LINE)
@@ -101,7 +100,7 @@ static void table_print(report_t *report, const shoal_stats_t *stats) {
   for (int size_class = 0; size_class < CLASS_COUNT; size_class++) {
     if (stats->classes[size_class].allocated == 0) continue; /* 80 rows of zeros help nobody */
     char label[16];
-    snprintf(label, sizeof label, "%d", size_class);
+    text_format(label, sizeof label, "%d", size_class);
     table_class_row(report, label, &stats->classes[size_class]);
   }
   table_class_row(report, "large", &stats->large);
@@ -120,7 +119,7 @@ static void json_class_members(report_t *report, const shoal_class_stats_t *row)
 }
 
 static void json_print(report_t *report, const shoal_stats_t *stats) {
-  report_printf(report, "{\n  \"pid\": %ld,\n", (long)getpid());
+  report_printf(report, "{\n  \"pid\": %ld,\n", os_process_id());
 #define FIGURE_MEMBER(name, kind, description)                                                     \
   report_printf(report, "  \"" #name "\": %zu,\n", stats->name);
   SHOAL_STATS_FIELDS(FIGURE_MEMBER)
@@ -168,14 +167,16 @@ __attribute__((constructor)) static void stats_report_init(void) {
   if (report_format != REPORT_NONE) os_keep_stderr();
 }
 
-__attribute__((destructor)) static void stats_report_at_exit(void) {
+__attribute__((destructor)) void stats_report_at_exit(void) {
   if (report_format == REPORT_UNREAD) report_format = report_format_read();
   if (report_format == REPORT_NONE) return;
+  report_format_t format = report_format;
+  report_format = REPORT_NONE; /* once */
   shoal_stats_t stats;
   stats_fill(&stats);
   report_t report;
   report.length = 0;
-  if (report_format == REPORT_JSON)
+  if (format == REPORT_JSON)
     json_print(&report, &stats);
   else
     table_print(&report, &stats);

@@ -11,9 +11,7 @@
 #include "diag/diag.h"
 #include "diag/trace_format.h"
 
-#include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #define TRACE_BUFFER_RECORDS 1024
 
@@ -39,7 +37,7 @@ static int open_trace(void) {
   size_t out = 0;
   for (const char *in = trace_path_pattern; *in != '\0' && out + 24 < sizeof path; in++) {
     if (in[0] == '%' && in[1] == 'p') {
-      out += (size_t)snprintf(path + out, sizeof path - out, "%ld", (long)getpid());
+      out += (size_t)text_format(path + out, sizeof path - out, "%ld", os_process_id());
       in++;
     } else {
       path[out++] = *in;

@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include "os/os.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -25,6 +26,8 @@
 
 static _Atomic(size_t) reserved_bytes, committed_bytes, peak_committed_bytes;
 static _Atomic(size_t) purge_count, purged_bytes;
+
+void os_init(void) {}
 
 size_t os_page_size(void) {
   return 4096;
@@ -247,6 +250,24 @@ void os_yield(void) {
   sched_yield();
 }
 
+static pthread_key_t thread_exit_key;
+
+void os_thread_exit_init(void (*on_exit)(void *value)) {
+  pthread_key_create(&thread_exit_key, on_exit);
+}
+
+void os_thread_exit_arm(void *value) {
+  pthread_setspecific(thread_exit_key, value);
+}
+
+void os_at_fork(void (*prepare)(void), void (*parent)(void), void (*child)(void)) {
+  pthread_atfork(prepare, parent, child);
+}
+
+long os_process_id(void) {
+  return (long)getpid();
+}
+
 /* Where shoal's lines go: stderr, or the copy os_keep_stderr made. */
 static _Atomic(int) stderr_fd = 2;
 
@@ -416,4 +437,18 @@ bool os_thread_stack(uintptr_t *low, uintptr_t *high) {
   }
   errno = saved;
   return known;
+}
+
+bool os_module_of(const void *address, char *name, size_t capacity, uintptr_t *base) {
+  Dl_info info;
+  if (capacity == 0 || dladdr(address, &info) == 0 || info.dli_fname == NULL) return false;
+  const char *shown = info.dli_fname;
+  for (const char *p = shown; *p != '\0'; p++)
+    if (*p == '/') shown = p + 1;
+  size_t length = strlen(shown);
+  if (length >= capacity) length = capacity - 1;
+  memcpy(name, shown, length);
+  name[length] = '\0';
+  *base = (uintptr_t)info.dli_fbase;
+  return true;
 }

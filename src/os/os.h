@@ -7,7 +7,8 @@
  * "protect" makes pages inaccessible, or accessible again. Reserved bytes
  * are counted here; committed bytes (what may be resident) are noted by the
  * callers. Nothing here knows an allocator type: one file per platform
- * implements this header (linux.c). */
+ * implements this header (linux.c, windows.c), and no layer above knows
+ * which one it runs on. */
 #ifndef SHOAL_OS_H
 #define SHOAL_OS_H
 
@@ -16,10 +17,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Once, at start-up, before any other call and before any lock is held:
+ * what the platform layer looks up at run time, it looks up here. */
+void os_init(void);
 size_t os_page_size(void);
 /* Reserve and commit `size` bytes aligned to `alignment` (a power of two,
  * >= the OS page). Memory reads as zero. NULL with errno ENOMEM on failure. */
 void *os_map_aligned(size_t size, size_t alignment);
+/* A whole mapping, as os_map_aligned or os_remap_aligned returned it (a
+ * Windows reservation is released whole). */
 void os_unmap(void *address, size_t size);
 /* Give the pages back but keep the range mapped: it reads as zero after. */
 void os_purge(void *address, size_t size);
@@ -30,7 +36,8 @@ void os_purge_lazy(void *address, size_t size);
  * the range then faults in 2 MiB at a time. */
 void os_advise_huge_pages(void *address, size_t size);
 /* Grow or shrink a mapping, moving it (without copying) to an address
- * aligned to `alignment` when it cannot stay. NULL on failure, old intact. */
+ * aligned to `alignment` when it cannot stay. NULL on failure, old intact
+ * (Windows moves nothing: there it resizes in place or fails). */
 void *os_remap_aligned(void *address, size_t old_size, size_t new_size, size_t alignment);
 /* Checked mode: make whole OS pages inaccessible (any touch faults) or
  * read-write again, contents kept. False when the kernel refused. */
@@ -47,6 +54,15 @@ uint64_t os_random_key(void);
 void os_futex_wait(_Atomic(int) *address, int expected);
 void os_futex_wake_one(_Atomic(int) *address);
 void os_yield(void);
+/* Thread exit: once os_thread_exit_init(on_exit) has run, a thread that
+ * called os_thread_exit_arm(value) with a non-NULL value has on_exit(value)
+ * called as it ends, in that thread, with its thread-locals still there. */
+void os_thread_exit_init(void (*on_exit)(void *value));
+void os_thread_exit_arm(void *value);
+/* fork's handlers, as pthread_atfork's; nothing where there is no fork. */
+void os_at_fork(void (*prepare)(void), void (*parent)(void), void (*child)(void));
+/* This process's id, for the reports' headers and file names. */
+long os_process_id(void);
 /* Hold off asynchronous signals in this thread (nested), and let them come
  * again at the last release: around every lock (lock.c). */
 void os_signals_hold(void);
@@ -86,5 +102,9 @@ int os_open_read(const char *path);
  * the main thread, from the start-up stack end and RLIMIT_STACK. May
  * allocate: not from a signal handler. False when unknown. */
 bool os_thread_stack(uintptr_t *low, uintptr_t *high);
+/* The loaded module (the program or a library) that holds a code address:
+ * its file's base name, truncated to capacity, and its load address. False
+ * when no module holds it. */
+bool os_module_of(const void *address, char *name, size_t capacity, uintptr_t *base);
 
 #endif /* SHOAL_OS_H */
