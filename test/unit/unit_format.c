@@ -40,7 +40,7 @@ int main(void) {
   SAME(full, "%td %td %td", (ptrdiff_t)-100000, PTRDIFF_MAX, PTRDIFF_MIN);
   SAME(full, "%jd %ju", INTMAX_MIN, UINTMAX_MAX);
   SAME(full, "%x %x [%08x] [%-6x]", 0u, 0xdeadbeefu, 0xbeefu, 0xau);
-  SAME(full, "%hhu %hu %hd", 200, 60000, -300);
+  SAME(full, "%hhu %hu %hd", (unsigned char)200, (unsigned short)60000, (short)-300);
   SAME(full, "[%s] [%10s] [%-11s] [%.2s] [%12.3s] [%s]", "abc", "right", "left", "truncated", "cut",
        "");
   SAME(full, "[%*d] [%-*d] [%.*s] [%*s]", 6, 12, 6, 12, 3, "precision", -4, "neg");
