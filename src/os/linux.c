@@ -5,6 +5,7 @@
  * os_catch_faults. */
 #define _GNU_SOURCE
 #include "os/os.h"
+#include "os/accounting.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -24,34 +25,10 @@
 #include <ucontext.h>
 #include <unistd.h>
 
-static _Atomic(size_t) reserved_bytes, committed_bytes, peak_committed_bytes;
-static _Atomic(size_t) purge_count, purged_bytes;
-
 void os_init(void) {}
 
 size_t os_page_size(void) {
   return 4096;
-}
-
-static void account_map(size_t size) {
-  atomic_fetch_add_explicit(&reserved_bytes, size, memory_order_relaxed);
-}
-
-static void account_unmap(size_t size) {
-  atomic_fetch_sub_explicit(&reserved_bytes, size, memory_order_relaxed);
-}
-
-/* Committed bytes are noted by the layers above, which know what they
- * touched (a segment's dirty slices, a huge block's mapping) and purged. */
-void os_commit_note(ptrdiff_t bytes) {
-  if (bytes == 0) return; /* a reused slice: no store to a line every thread writes */
-  size_t now = atomic_fetch_add_explicit(&committed_bytes, (size_t)bytes, memory_order_relaxed) +
-               (size_t)bytes;
-  size_t peak = atomic_load_explicit(&peak_committed_bytes, memory_order_relaxed);
-  while (bytes > 0 && now > peak &&
-         !atomic_compare_exchange_weak_explicit(&peak_committed_bytes, &peak, now,
-                                                memory_order_relaxed, memory_order_relaxed)) {
-  }
 }
 
 /* mmap with the kernel's errno turned into ENOMEM: every failure of ours is
@@ -96,10 +73,7 @@ void os_unmap(void *address, size_t size) {
 
 void os_purge(void *address, size_t size) {
   int saved = errno;
-  if (madvise(address, size, MADV_DONTNEED) == 0) {
-    atomic_fetch_add_explicit(&purge_count, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&purged_bytes, size, memory_order_relaxed);
-  }
+  if (madvise(address, size, MADV_DONTNEED) == 0) account_purge(size);
   errno = saved;
 }
 
@@ -112,8 +86,7 @@ void os_advise_huge_pages(void *address, size_t size) {
 void os_purge_lazy(void *address, size_t size) {
   int saved = errno;
   if (madvise(address, size, MADV_FREE) != 0) madvise(address, size, MADV_DONTNEED);
-  atomic_fetch_add_explicit(&purge_count, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&purged_bytes, size, memory_order_relaxed);
+  account_purge(size);
   errno = saved;
 }
 
@@ -310,22 +283,6 @@ void os_close(int fd) {
 
 void os_abort(void) {
   abort();
-}
-
-size_t os_reserved_bytes(void) {
-  return atomic_load_explicit(&reserved_bytes, memory_order_relaxed);
-}
-size_t os_committed_bytes(void) {
-  return atomic_load_explicit(&committed_bytes, memory_order_relaxed);
-}
-size_t os_peak_committed_bytes(void) {
-  return atomic_load_explicit(&peak_committed_bytes, memory_order_relaxed);
-}
-size_t os_purge_count(void) {
-  return atomic_load_explicit(&purge_count, memory_order_relaxed);
-}
-size_t os_purged_bytes(void) {
-  return atomic_load_explicit(&purged_bytes, memory_order_relaxed);
 }
 
 /* Files for the symboliser (symbols.c): a whole file mapped read-only, so

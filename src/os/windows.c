@@ -39,31 +39,10 @@
 #include <string.h>
 
 #include "os/os.h"
-
-static _Atomic(size_t) reserved_bytes, committed_bytes, peak_committed_bytes;
-static _Atomic(size_t) purge_count, purged_bytes;
+#include "os/accounting.h"
 
 size_t os_page_size(void) {
   return 4096;
-}
-
-static void account_map(size_t size) {
-  atomic_fetch_add_explicit(&reserved_bytes, size, memory_order_relaxed);
-}
-
-static void account_unmap(size_t size) {
-  atomic_fetch_sub_explicit(&reserved_bytes, size, memory_order_relaxed);
-}
-
-void os_commit_note(ptrdiff_t bytes) {
-  if (bytes == 0) return;
-  size_t now = atomic_fetch_add_explicit(&committed_bytes, (size_t)bytes, memory_order_relaxed) +
-               (size_t)bytes;
-  size_t peak = atomic_load_explicit(&peak_committed_bytes, memory_order_relaxed);
-  while (bytes > 0 && now > peak &&
-         !atomic_compare_exchange_weak_explicit(&peak_committed_bytes, &peak, now,
-                                                memory_order_relaxed, memory_order_relaxed)) {
-  }
 }
 
 /* ---- functions found at run time ---- */
@@ -157,11 +136,6 @@ void os_unmap(void *address, size_t size) {
   account_unmap(size);
 }
 
-static void count_purge(size_t size) {
-  atomic_fetch_add_explicit(&purge_count, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&purged_bytes, size, memory_order_relaxed);
-}
-
 /* The commit again can fail only when the system's commit limit is
  * reached between the two calls; the range must be usable after a purge,
  * so the commit is tried again while other threads give memory back, and
@@ -178,13 +152,13 @@ void os_purge(void *address, size_t size) {
     }
     SwitchToThread();
   }
-  count_purge(size);
+  account_purge(size);
   errno = saved;
 }
 
 void os_purge_lazy(void *address, size_t size) {
   int saved = errno;
-  if (VirtualAlloc(address, size, MEM_RESET, PAGE_READWRITE) != NULL) count_purge(size);
+  if (VirtualAlloc(address, size, MEM_RESET, PAGE_READWRITE) != NULL) account_purge(size);
   errno = saved;
 }
 
@@ -394,22 +368,6 @@ void os_close(int fd) {
 void os_abort(void) {
   TerminateProcess(GetCurrentProcess(), 3);
   __builtin_trap();
-}
-
-size_t os_reserved_bytes(void) {
-  return atomic_load_explicit(&reserved_bytes, memory_order_relaxed);
-}
-size_t os_committed_bytes(void) {
-  return atomic_load_explicit(&committed_bytes, memory_order_relaxed);
-}
-size_t os_peak_committed_bytes(void) {
-  return atomic_load_explicit(&peak_committed_bytes, memory_order_relaxed);
-}
-size_t os_purge_count(void) {
-  return atomic_load_explicit(&purge_count, memory_order_relaxed);
-}
-size_t os_purged_bytes(void) {
-  return atomic_load_explicit(&purged_bytes, memory_order_relaxed);
 }
 
 /* ---- files and modules, for naming code addresses ---- */
