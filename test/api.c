@@ -573,6 +573,36 @@ static void test_owns_foreign(void) {
   CHECK(!shoal_owns(mapped));
   CHECK(!shoal_owns((char *)mapped + 2 * MIB));
   pages_unmap(mapped, 4 * MIB);
+
+  /* A huge block's mapping ends at a page, inside a 4 MiB chunk the segment
+   * map marks as shoal's: memory mapped just past its end is still foreign. */
+  size_t granularity = pages_map_granularity();
+  void *huge = shoal_malloc(5 * MIB + 100);
+  CHECK(huge != NULL);
+  char *end = (char *)huge + shoal_block_size(huge);
+  void *neighbour = NULL;
+  for (size_t step = 0; step < 8 && neighbour == NULL; step++) {
+    size_t size = opaque_size(5 * MIB + 100 + step * granularity);
+    CHECK(shoal_owns(end - 1));
+    if ((uintptr_t)end % granularity == 0 && ((uintptr_t)end & (4 * MIB - 1)) != 0)
+      neighbour = pages_map_at(end, granularity);
+    if (neighbour == NULL) {
+      shoal_free(huge);
+      huge = shoal_malloc(size);
+      CHECK(huge != NULL);
+      end = (char *)huge + shoal_block_size(huge);
+    }
+  }
+  if (neighbour != NULL) {
+    CHECK_CTX(!shoal_owns(neighbour),
+              "shoal_owns(%p) is true for a foreign mapping just past a huge block", neighbour);
+    CHECK(shoal_block_size(neighbour) == 0);
+    pages_unmap(neighbour, granularity);
+  } else {
+    fprintf(stderr,
+            "api: no foreign mapping could be placed past a huge block; that check is skipped\n");
+  }
+  shoal_free(huge);
 }
 
 int main(void) {

@@ -158,6 +158,16 @@ static inline void pages_unmap(void *pages, size_t size) {
   (void)size;
   VirtualFree(pages, 0, MEM_RELEASE);
 }
+/* Pages at exactly `at` (a multiple of the allocation granularity), or NULL
+ * where something is there already. */
+static inline void *pages_map_at(void *at, size_t size) {
+  return VirtualAlloc(at, size, MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE);
+}
+static inline size_t pages_map_granularity(void) {
+  SYSTEM_INFO info;
+  GetSystemInfo(&info);
+  return (size_t)info.dwAllocationGranularity;
+}
 #else
 static inline size_t os_page_bytes(void) {
   return (size_t)sysconf(_SC_PAGESIZE);
@@ -168,6 +178,18 @@ static inline void *pages_map(size_t size) {
 }
 static inline void pages_unmap(void *pages, size_t size) {
   munmap(pages, size);
+}
+static inline void *pages_map_at(void *at, size_t size) {
+  void *pages = mmap(at, size, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  if (pages != MAP_FAILED && pages != at) { /* a kernel older than MAP_FIXED_NOREPLACE */
+    munmap(pages, size);
+    return NULL;
+  }
+  return pages == MAP_FAILED ? NULL : pages;
+}
+static inline size_t pages_map_granularity(void) {
+  return os_page_bytes();
 }
 #endif
 

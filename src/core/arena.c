@@ -50,7 +50,12 @@ shoal_segment_t *segment_find(const void *p) {
   if (chunk >= SEGMENT_MAP_ENTRIES) return NULL;
   for (;;) {
     uint8_t value = atomic_load_explicit(&segment_map[chunk], memory_order_relaxed);
-    if (value == SEGMENT_MAP_HEAD) return (shoal_segment_t *)(chunk << SEGMENT_SHIFT);
+    if (value == SEGMENT_MAP_HEAD) {
+      /* A huge mapping ends at an OS page, not at a chunk: what lies past its
+       * end in its last chunk belongs to someone else. */
+      shoal_segment_t *segment = (shoal_segment_t *)(chunk << SEGMENT_SHIFT);
+      return (uintptr_t)p - (uintptr_t)segment < segment->size ? segment : NULL;
+    }
     if (value != SEGMENT_MAP_INTERIOR || chunk == 0) return NULL;
     chunk--; /* inside a huge block: walk back to its head */
   }
