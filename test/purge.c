@@ -5,7 +5,11 @@
  * it is all resident; the peak RSS is measured. Then:
  *   (a) each thread frees its own blocks and stays alive;
  *   (b) the threads exit and the main thread frees all their blocks
- *       (every free lands in a heap whose thread is gone).
+ *       (every free lands in a heap whose thread is gone);
+ *   (c) the threads stay alive but wait, calling nothing, while the main
+ *       thread frees all their blocks (every free lands in the heap of an
+ *       idle thread: others must return it, as a producer blocked on a full
+ *       queue holds nothing its consumers freed).
  * After the frees the test sleeps twice the purge delay
  * (SHOAL_OPTION_PURGE_DELAY, in ms), each live thread calls malloc/free
  * for a small and a large block (the natural moment for a delayed purge to
@@ -37,8 +41,10 @@ typedef struct worker_s {
   size_t bytes_wanted;
   chained_block_t *blocks; /* every block this worker made, newest first */
   size_t block_count;
-  int frees_own_blocks; /* (a): frees them itself; (b): leaves them to main */
+  int mode; /* OWNERS_FREE, MAIN_FREES_AFTER_EXIT, MAIN_FREES_WHILE_IDLE */
 } worker_t;
+
+enum { OWNERS_FREE, MAIN_FREES_AFTER_EXIT, MAIN_FREES_WHILE_IDLE };
 
 static worker_t workers[WORKER_COUNT];
 static pthread_barrier_t step_barrier; /* workers and main move step by step */
@@ -94,7 +100,11 @@ static void *worker_run(void *argument) {
   worker_t *worker = argument;
   allocate_chain(worker);
   pthread_barrier_wait(&step_barrier); /* 1: all allocated, main measures the peak */
-  if (!worker->frees_own_blocks) return NULL;
+  if (worker->mode == MAIN_FREES_AFTER_EXIT) return NULL;
+  if (worker->mode == MAIN_FREES_WHILE_IDLE) {
+    pthread_barrier_wait(&step_barrier); /* 2: main has freed, waited and measured */
+    return NULL;
+  }
   pthread_barrier_wait(&step_barrier); /* 2: peak measured */
   CHECK(free_chain(worker->blocks) == worker->block_count);
   worker->blocks = NULL;
@@ -127,14 +137,14 @@ static void check_returned(const char *variant, size_t base_level, size_t peak_l
             (double)after_level / MIB, (double)peak_level / MIB);
 }
 
-static void run_variant(int frees_own_blocks, size_t total_bytes) {
-  const char *variant = frees_own_blocks ? "(a) owners free" : "(b) main frees after exit";
+static void run_variant(int mode, size_t total_bytes) {
+  static const char *const names[] = {"(a) owners free", "(b) main frees after exit",
+                                      "(c) main frees while owners idle"};
+  const char *variant = names[mode];
   size_t base_level = memory_level();
   CHECK(pthread_barrier_init(&step_barrier, NULL, WORKER_COUNT + 1) == 0);
   for (unsigned i = 0; i < WORKER_COUNT; i++) {
-    workers[i] = (worker_t){.index = i,
-                            .bytes_wanted = total_bytes / WORKER_COUNT,
-                            .frees_own_blocks = frees_own_blocks};
+    workers[i] = (worker_t){.index = i, .bytes_wanted = total_bytes / WORKER_COUNT, .mode = mode};
     CHECK(pthread_create(&workers[i].thread, NULL, worker_run, &workers[i]) == 0);
   }
   pthread_barrier_wait(&step_barrier); /* 1 */
@@ -142,7 +152,15 @@ static void run_variant(int frees_own_blocks, size_t total_bytes) {
   CHECK_CTX(peak_level >= base_level + total_bytes / 2,
             "peak %.1f MiB: the blocks are not resident", (double)peak_level / MIB);
 
-  if (frees_own_blocks) {
+  if (mode == MAIN_FREES_WHILE_IDLE) {
+    for (unsigned i = 0; i < WORKER_COUNT; i++)
+      CHECK(free_chain(workers[i].blocks) == workers[i].block_count);
+    sleep_ms(purge_wait_ms());
+    allocate_once();
+    check_returned(variant, base_level, peak_level);
+    pthread_barrier_wait(&step_barrier); /* 2 */
+    for (unsigned i = 0; i < WORKER_COUNT; i++) CHECK(pthread_join(workers[i].thread, NULL) == 0);
+  } else if (mode == OWNERS_FREE) {
     pthread_barrier_wait(&step_barrier); /* 2 */
     pthread_barrier_wait(&step_barrier); /* 3 */
     sleep_ms(purge_wait_ms());
@@ -169,8 +187,9 @@ int main(void) {
          shoal_option_get(SHOAL_OPTION_PURGE_DELAY));
   fflush(stdout);
   double start = now_seconds();
-  run_variant(1, total_bytes);
-  run_variant(0, total_bytes);
+  run_variant(OWNERS_FREE, total_bytes);
+  run_variant(MAIN_FREES_AFTER_EXIT, total_bytes);
+  run_variant(MAIN_FREES_WHILE_IDLE, total_bytes);
   fprintf(stderr, "purge: %.2f s\n", now_seconds() - start);
   printf("purge: all checks passed\n");
   return 0;

@@ -109,34 +109,38 @@ static void count_free(shoal_heap_t *heap, uint8_t size_class, size_t bytes, boo
   if (remote) counter_add(&c->remote_frees, 1);
 }
 
+/* What heap_page_freed does beyond keeping its class's last page: under the
+ * slow lock, out of line (the lock's calls would cost the kept page's path
+ * its registers). */
+static out_of_line void page_freed_locked(shoal_heap_t *heap, shoal_page_t *page) {
+  heap_slow_enter(heap);
+  if (page->flags == 0) {
+    heap_page_retire(heap, page);
+  } else if (page->flags & PAGE_BORROWED) { /* parked until empty */
+    if (page->used == 0 && page_unpark(page)) heap_release_borrowed(heap, page);
+  } else if (page_unpark(page)) { /* else a notification is on its way: the drain decides */
+    heap_unpark_listed(heap, page);
+    if (page->size_class == CLASS_LARGE) { /* the page's used counts the block, not its bytes */
+      counter_add(&heap->counters.outsized_freed_bytes, page->block_size);
+      heap_page_retire(heap, page);
+    } else {
+      heap_queue_push_back(heap, page);
+      if (page->used == 0) heap_page_retire(heap, page);
+    }
+  }
+  heap_slow_exit(heap);
+}
+
 /* A local free that emptied the page or hit a parked page. */
 void heap_page_freed(shoal_heap_t *heap, shoal_page_t *page) {
   if (likely(page->flags == 0)) { /* emptied; the common case keeps it as its class's last page */
     page_queue_t *queue = &heap->queues[page->size_class];
-    if (queue->first == page && queue->last == page && likely(heap->purge_at_ms == 0) &&
+    if (queue->first == page && queue->last == page &&
+        likely(atomic_load_explicit(&heap->purge_at_ms, memory_order_relaxed) == 0) &&
         likely(atomic_load_explicit(&arena_purge_at_ms, memory_order_relaxed) == 0))
       return; /* (dead heaps' purges wait for a malloc slow path) */
-    heap_page_retire(heap, page);
-    return;
   }
-  if (!page_unpark(page)) return; /* a notification is on its way: the drain decides */
-  page_mark_unparked(page);
-  if (page->prev != NULL)
-    page->prev->next = page->next;
-  else
-    heap->full.first = page->next;
-  if (page->next != NULL)
-    page->next->prev = page->prev;
-  else
-    heap->full.last = page->prev;
-  page->next = page->prev = NULL;
-  if (page->size_class == CLASS_LARGE) { /* the page's used counts the block, not its bytes */
-    counter_add(&heap->counters.outsized_freed_bytes, page->block_size);
-    heap_page_retire(heap, page);
-    return;
-  }
-  heap_queue_push_back(heap, page);
-  if (page->used == 0) heap_page_retire(heap, page);
+  page_freed_locked(heap, page);
 }
 
 /* Home to its page, gathered with others of the page in the outbox; a
@@ -148,8 +152,8 @@ static void free_remote(shoal_heap_t *heap, shoal_page_t *page, shoal_block_t *b
     heap_outbox_push(heap, page, block);
     return;
   }
-  shoal_heap_t *abandoned_owner = page_push_remote(page, block, block, 1);
-  if (unlikely(abandoned_owner != NULL)) heap_service_abandoned(abandoned_owner);
+  shoal_heap_t *to_serve = page_push_remote(page, block, block, 1);
+  if (unlikely(to_serve != NULL)) heap_serve(to_serve);
 }
 
 /* A block of another heap (kept for this thread's own mallocs, or gathered
@@ -213,14 +217,21 @@ slow_path void free_slow(void *p, size_t size_hint, caller_t caller) {
    * sized delete took us here: the ordinary path now. */
   shoal_heap_t *heap = thread_heap;
   if (atomic_load_explicit(&page->owner, memory_order_relaxed) == (uintptr_t)heap) {
-    block->next = page->free;
-    block->key = free_key;
-    page->free = block;
-    page->is_zero = 0;
-    if (--page->used == 0 || page->flags != 0) heap_page_freed(heap, page);
-  } else {
-    free_remote(heap, page, block);
+    /* The page may be parked: a thread serving the heap may collect it, or
+     * have lent its segment to another heap (so, again under the lock). */
+    heap_slow_enter(heap);
+    bool still_own = atomic_load_explicit(&page->owner, memory_order_relaxed) == (uintptr_t)heap;
+    if (still_own) {
+      block->next = page->free;
+      block->key = free_key;
+      page->free = block;
+      page->is_zero = 0;
+      if (--page->used == 0 || page->flags != 0) heap_page_freed(heap, page);
+    }
+    heap_slow_exit(heap);
+    if (still_own) goto done;
   }
+  free_remote(heap, page, block);
 done:
   errno = saved_errno;
 }
@@ -373,7 +384,10 @@ static slow_path void *realloc_slow(void *p, size_t size, caller_t caller) {
     size_t old_bytes = page->block_size;
     size_t wanted = (size_t)((uint8_t *)p - page->start) + size;
     size_t slices = (wanted + SLICE_SIZE - 1) / SLICE_SIZE;
-    if (slices <= page->slice_count || segment_page_grow(heap, page, slices)) {
+    heap_slow_enter(heap);
+    bool grown = slices <= page->slice_count || segment_page_grow(heap, page, slices);
+    heap_slow_exit(heap);
+    if (grown) {
       page->block_size = (uint32_t)large_block_bytes(page, wanted);
       page_publish_shape(page);
       counter_add(&heap->counters.outsized_allocated_bytes, page->block_size - old_bytes);

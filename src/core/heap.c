@@ -11,7 +11,16 @@
  *
  * Only the owner thread touches a heap's queues, except that a dead
  * thread's heap is serviced (state SERVICING) by a thread freeing into it,
- * and adopted whole (state LIVE again) by a new thread. */
+ * and adopted whole (state LIVE again) by a new thread.
+ *
+ * A live thread that does not run (blocked on a queue, descheduled) would
+ * keep every block other threads free into its pages until it next
+ * allocates. So a freeing thread that finds the owner's notified pages
+ * piling up serves the heap for it (heap_serve_idle): under the heap's
+ * slow lock, which the owner holds through its own slow paths (never its
+ * fast paths), it returns the empty pages, parks the others again for the
+ * owner, and purges; a heap short of slices takes a half-free segment of
+ * such an idle heap before the arena maps one (heap_take_idle_segment). */
 #define _GNU_SOURCE
 #include "core/internal.h"
 
@@ -20,7 +29,7 @@
 
 /* The earliest time a dead thread's heap is due for its purge; 0: none.
  * Any thread's slow path after it services such heaps (heap_maybe_purge). */
-_Atomic(int64_t) abandoned_purge_at_ms;
+_Atomic(int64_t) others_purge_at_ms;
 
 shoal_page_t page_empty;
 shoal_heap_t heap_empty = {
@@ -111,9 +120,29 @@ static bool heap_park(shoal_heap_t *heap, shoal_page_t *page) {
   return true;
 }
 
-static void heap_unpark_listed(shoal_heap_t *heap, shoal_page_t *page) {
-  list_remove(&heap->full, page);
+/* The list a parked page is in. */
+static page_queue_t *parked_list(shoal_heap_t *heap, shoal_page_t *page) {
+  return (page->flags & PAGE_REPARKED) ? &heap->reparked : &heap->full;
+}
+
+void heap_unpark_listed(shoal_heap_t *heap, shoal_page_t *page) {
+  list_remove(parked_list(heap, page), page);
+  page->flags &= (uint8_t)~PAGE_REPARKED;
   page_mark_unparked(page);
+}
+
+/* ---- pages back to their segments ---- */
+
+/* While this thread serves another live heap: its own heap, where the
+ * counts of what it gives back go (that heap's counters are its owner's,
+ * written without a lock). */
+static _Thread_local shoal_heap_t *serving_counts_in;
+
+/* The page's counts to the heap's counters (or the serving thread's), its
+ * slices to its segment. */
+static void heap_page_give_back(shoal_heap_t *heap, shoal_page_t *page) {
+  page_fold_counters(serving_counts_in != NULL ? serving_counts_in : heap, page);
+  segment_page_free(heap, page);
 }
 
 /* ---- page retirement and remote-free notifications ---- */
@@ -121,26 +150,32 @@ static void heap_unpark_listed(shoal_heap_t *heap, shoal_page_t *page) {
 /* A dead thread's heap keeps what it freed warm for the thread that adopts
  * it (threads come and go in pools: purging at each exit made the next
  * thread fault it all in again, a third of mstress's time), until its purge
- * is due; then the next slow path of any thread gives it back. */
-static void abandoned_purge_note(int64_t at) {
-  int64_t due = atomic_load_explicit(&abandoned_purge_at_ms, memory_order_relaxed);
+ * is due; then the next slow path of any thread gives it back. So does the
+ * heap of an idle thread that others served (heap_serve_idle). */
+static void others_purge_note(int64_t at) {
+  int64_t due = atomic_load_explicit(&others_purge_at_ms, memory_order_relaxed);
   while ((due == 0 || at < due) &&
-         !atomic_compare_exchange_weak_explicit(&abandoned_purge_at_ms, &due, at,
-                                                memory_order_relaxed, memory_order_relaxed)) {
+         !atomic_compare_exchange_weak_explicit(&others_purge_at_ms, &due, at, memory_order_relaxed,
+                                                memory_order_relaxed)) {
   }
 }
 
+static void heap_serve_all_idle(void);
+
 static void heap_maybe_purge(shoal_heap_t *heap) {
   int64_t now = os_now_ms();
-  if (heap->purge_at_ms != 0 && now >= heap->purge_at_ms)
+  int64_t purge_at = atomic_load_explicit(&heap->purge_at_ms, memory_order_relaxed);
+  if (purge_at != 0 && now >= purge_at)
     segment_purge_heap(heap);
   else if (atomic_load_explicit(&arena_purge_at_ms, memory_order_relaxed) != 0)
     arena_cache_trim(false);
-  int64_t abandoned_due = atomic_load_explicit(&abandoned_purge_at_ms, memory_order_relaxed);
-  if (abandoned_due != 0 && now >= abandoned_due &&
-      atomic_compare_exchange_strong_explicit(&abandoned_purge_at_ms, &abandoned_due, 0,
-                                              memory_order_relaxed, memory_order_relaxed))
+  int64_t others_due = atomic_load_explicit(&others_purge_at_ms, memory_order_relaxed);
+  if (others_due != 0 && now >= others_due &&
+      atomic_compare_exchange_strong_explicit(&others_purge_at_ms, &others_due, 0,
+                                              memory_order_relaxed, memory_order_relaxed)) {
     heap_service_all_abandoned(); /* each re-notes its deadline if not due yet */
+    heap_serve_all_idle();
+  }
 }
 
 static bool page_is_alone_in_queue(shoal_heap_t *heap, shoal_page_t *page) {
@@ -152,7 +187,7 @@ static bool page_is_alone_in_queue(shoal_heap_t *heap, shoal_page_t *page) {
  * alloc/free thrash at a page boundary), give the others back. */
 void heap_page_retire(shoal_heap_t *heap, shoal_page_t *page) {
   if (page->size_class == CLASS_LARGE) {
-    segment_page_free(heap, page);
+    heap_page_give_back(heap, page);
     return;
   }
   if (page_is_alone_in_queue(heap, page)) {
@@ -160,8 +195,17 @@ void heap_page_retire(shoal_heap_t *heap, shoal_page_t *page) {
     return;
   }
   queue_remove(heap, page);
-  segment_page_free(heap, page);
+  heap_page_give_back(heap, page);
 }
+
+/* Who drains a heap's notified pages, and so what becomes of a page that
+ * has free blocks now. */
+typedef enum drain_mode_e {
+  DRAIN_BY_OWNER,      /* back to its queue */
+  DRAIN_ABANDONED,     /* nobody allocates: parked again (re-armed) */
+  DRAIN_FOR_IDLE_OWNER /* another thread while the owner is idle: parked again, in the
+                          reparked list, which the owner's next slow path takes back */
+} drain_mode_t;
 
 /* A page whose remote frees arrived while parked. `abandoned`: nobody will
  * allocate from it, so it goes back to the full list (re-armed) unless empty. */
@@ -171,7 +215,7 @@ static void heap_take_notified_page(shoal_heap_t *heap, shoal_page_t *page, bool
     page_collect(page);
     if (page->used == 0) {
       if (page->size_class == CLASS_LARGE || abandoned) {
-        segment_page_free(heap, page);
+        heap_page_give_back(heap, page);
         return;
       }
       break;
@@ -183,61 +227,146 @@ static void heap_take_notified_page(shoal_heap_t *heap, shoal_page_t *page, bool
   if (page->used == 0) heap_page_retire(heap, page);
 }
 
-static void heap_drain(shoal_heap_t *heap, bool abandoned) {
+/* The same for a page that must stay parked while it has blocks: one of an
+ * idle owner's, served by another thread (the owner may be freeing into
+ * its pages meanwhile: its fast path reads free_limit, which stays 0 here,
+ * so every such free waits on the slow lock we hold), or one borrowed from
+ * a live heap (its old owner may still read free_limit in a free that
+ * began before the move). Empty, it goes back to its segment, and an empty
+ * segment to the arena, where any thread takes it; else it is re-armed, in
+ * the reparked list for an idle owner to take back, in the full list if
+ * borrowed. */
+static void heap_take_notified_kept_parked(shoal_heap_t *heap, shoal_page_t *page) {
+  list_remove(parked_list(heap, page), page);
+  for (;;) {
+    page_collect(page);
+    if (page->used == 0) {
+      heap_page_give_back(heap, page);
+      return;
+    }
+    if (page_park_full(page)) break;
+  }
+  if (page->flags & PAGE_BORROWED) {
+    page->flags &= (uint8_t)~PAGE_REPARKED;
+    list_push_front(&heap->full, page);
+  } else {
+    page->flags |= PAGE_REPARKED;
+    list_push_front(&heap->reparked, page);
+  }
+}
+
+static void heap_drain(shoal_heap_t *heap, drain_mode_t mode) {
   shoal_page_t *page = atomic_exchange_explicit(&heap->notified, NULL, memory_order_acquire);
+  atomic_store_explicit(&heap->notified_slices, 0, memory_order_relaxed);
   while (page != NULL) {
     shoal_page_t *next = page->next_notified;
     shoal_heap_t *owner = (shoal_heap_t *)atomic_load_explicit(&page->owner, memory_order_relaxed);
     if (likely(owner == heap)) {
-      heap_take_notified_page(heap, page, abandoned);
+      if (mode == DRAIN_FOR_IDLE_OWNER || (page->flags & PAGE_BORROWED))
+        heap_take_notified_kept_parked(heap, page);
+      else
+        heap_take_notified_page(heap, page, mode == DRAIN_ABANDONED);
     } else {
       /* Notified here by a freer that read the owner before this dead
-       * heap's segment went to a live heap (heap_take_dead_segment): on to
+       * heap's segment went to a live heap (heap_take_segment): on to
        * the page's heap now. */
-      shoal_heap_t *abandoned_owner = page_notify(page, owner);
-      if (abandoned_owner != NULL) heap_service_abandoned(abandoned_owner);
+      shoal_heap_t *to_serve = page_notify(page, owner);
+      if (to_serve != NULL) heap_serve(to_serve);
+    }
+    page = next;
+  }
+}
+
+/* A borrowed page its owner's own free emptied (and disarmed): back to its
+ * segment, never unparked. */
+void heap_release_borrowed(shoal_heap_t *heap, shoal_page_t *page) {
+  list_remove(&heap->full, page);
+  if (page->size_class == CLASS_LARGE) /* the page's used counts the block, not its bytes */
+    counter_add(&heap->counters.outsized_freed_bytes, page->block_size);
+  heap_page_give_back(heap, page);
+}
+
+/* Pages a thread serving this heap parked again with free blocks: the
+ * owner's again, unless a remote free has notified them since (then the
+ * drain takes them). */
+static void heap_take_reparked(shoal_heap_t *heap) {
+  shoal_page_t *page = heap->reparked.first;
+  while (page != NULL) {
+    shoal_page_t *next = page->next;
+    if (page_unpark(page)) {
+      heap_unpark_listed(heap, page);
+      heap_queue_push_back(heap, page);
+      if (page->used == 0) heap_page_retire(heap, page);
     }
     page = next;
   }
 }
 
 void heap_drain_notified(shoal_heap_t *heap) {
-  if (atomic_load_explicit(&heap->notified, memory_order_relaxed) != NULL) heap_drain(heap, false);
+  heap->serves_while_idle = 0;
+  if (atomic_load_explicit(&heap->notified, memory_order_relaxed) != NULL)
+    heap_drain(heap, DRAIN_BY_OWNER);
+  if (unlikely(heap->reparked.first != NULL)) heap_take_reparked(heap);
 }
 
 /* ---- a dead thread's memory for a live thread ---- */
 
-/* The dead heap's segment with the most free slices, its pages and all, to
- * `heap`: its parked pages to heap's full list, its queued pages behind
- * heap's. The dead heap is held by its servicer (the caller). */
-static bool heap_take_dead_segment(shoal_heap_t *heap, shoal_heap_t *dead) {
-  shoal_segment_t *best = NULL;
-  size_t best_free = 0;
-  for (shoal_segment_t *segment = dead->segments; segment != NULL; segment = segment->next) {
-    size_t free_count = bit_count(segment->free_slices);
-    if (free_count > best_free) best = segment, best_free = free_count;
-  }
-  if (best == NULL) return false;
-  for (size_t slice = 1; slice < SLICES_PER_SEGMENT;) {
-    if (best->free_slices & ((uint64_t)1 << slice)) { /* its descriptor may be stale */
-      slice++;
+/* The next page holding blocks from *slice on (NULL: none), *slice past it. */
+static shoal_page_t *segment_next_page(shoal_segment_t *segment, size_t *slice) {
+  while (*slice < SLICES_PER_SEGMENT) {
+    if (segment->free_slices & ((uint64_t)1 << *slice)) { /* its descriptor may be stale */
+      (*slice)++;
       continue;
     }
-    shoal_page_t *page = segment_page_of(best, (uint8_t *)best + slice * SLICE_SIZE);
-    slice += page->slice_count;
-    if (page->size_class != CLASS_NONE) {
-      if (page->flags & PAGE_FULL) {
-        list_remove(&dead->full, page);
-        atomic_store_explicit(&page->owner, (uintptr_t)heap, memory_order_relaxed);
-        list_push_front(&heap->full, page);
-      } else {
-        queue_remove(dead, page);
-        atomic_store_explicit(&page->owner, (uintptr_t)heap, memory_order_relaxed);
-        heap_queue_push_back(heap, page);
-      }
+    shoal_page_t *page = segment_page_of(segment, (uint8_t *)segment + *slice * SLICE_SIZE);
+    *slice += page->slice_count;
+    if (page->size_class != CLASS_NONE) return page;
+  }
+  return NULL;
+}
+
+/* A segment whose pages are all parked: no queue or direct slot of its heap
+ * points into it, so it can change heaps while its owner runs. */
+static bool segment_all_parked(shoal_segment_t *segment) {
+  size_t slice = 1;
+  for (shoal_page_t *page; (page = segment_next_page(segment, &slice)) != NULL;)
+    if (!(page->flags & PAGE_FULL)) return false;
+  return true;
+}
+
+/* A live heap lends a segment only when at least half of it is free: the
+ * owner's frees of blocks in what it lent become remote frees. */
+#define LEND_MIN_FREE_SLICES (SLICES_PER_SEGMENT / 2)
+
+/* `from`'s segment with the most free slices (of those all parked and half
+ * free, when `from` has an owner), its pages and all, to `heap`: parked pages to the
+ * same list of heap's, queued ones behind heap's. `from` is held by the
+ * caller (its servicer, or its slow lock). */
+static bool heap_take_segment(shoal_heap_t *heap, shoal_heap_t *from, bool all_parked) {
+  shoal_segment_t *best = NULL;
+  size_t best_free = 0;
+  for (shoal_segment_t *segment = from->segments; segment != NULL; segment = segment->next) {
+    size_t free_count = bit_count(segment->free_slices);
+    if (free_count > best_free &&
+        (!all_parked || (free_count >= LEND_MIN_FREE_SLICES && segment_all_parked(segment))))
+      best = segment, best_free = free_count;
+  }
+  if (best == NULL) return false;
+  size_t slice = 1;
+  for (shoal_page_t *page; (page = segment_next_page(best, &slice)) != NULL;) {
+    if (page->flags & PAGE_FULL) {
+      list_remove(parked_list(from, page), page);
+      atomic_store_explicit(&page->owner, (uintptr_t)heap, memory_order_relaxed);
+      if (all_parked) /* from a live heap: parked until empty (heap_take_notified_kept_parked) */
+        page->flags = (uint8_t)((page->flags | PAGE_BORROWED) & ~PAGE_REPARKED);
+      list_push_front(parked_list(heap, page), page);
+    } else {
+      queue_remove(from, page);
+      atomic_store_explicit(&page->owner, (uintptr_t)heap, memory_order_relaxed);
+      heap_queue_push_back(heap, page);
     }
   }
-  segment_move(dead, heap, best);
+  segment_move(from, heap, best);
   return true;
 }
 
@@ -247,14 +376,148 @@ static bool heap_take_dead_segment(shoal_heap_t *heap, shoal_heap_t *dead) {
  * memory instead of holding its own beside it, and the rest stays warm for
  * the thread that adopts the dead heap. A remote free that read a moved
  * page's old owner notifies the dead heap, whose drain forwards it. */
-static void heap_reuse_dead_memory(shoal_heap_t *heap) {
+static bool heap_reuse_dead_memory(shoal_heap_t *heap) {
   shoal_heap_t *dead = arena_abandoned_to_service();
-  if (dead == NULL) return;
-  heap_drain(dead, true); /* its notified pages are in its lists after this */
-  heap_take_dead_segment(heap, dead);
+  if (dead == NULL) return false;
+  heap_drain(dead, DRAIN_ABANDONED); /* its notified pages are in its lists after this */
+  bool taken = heap_take_segment(heap, dead, false);
   atomic_store_explicit(&dead->state, HEAP_ABANDONED, memory_order_seq_cst);
   if (atomic_load_explicit(&dead->notified, memory_order_seq_cst) != NULL)
     heap_service_abandoned(dead);
+  return taken;
+}
+
+/* ---- an idle thread's free memory for a running one ---- */
+
+/* An owner idle through this many serves (no slow path of its own between
+ * them) lends its half-free segments; through more, its free slices go
+ * back to the OS at once, not a purge delay after the last page a serve
+ * freed (serves go on freeing them). */
+#define IDLE_SERVES_TO_LEND  2
+#define IDLE_SERVES_TO_PURGE 8
+
+static _Atomic(int) fork_gate;           /* 1 while fork prepares: no heap is held by another */
+static _Atomic(int) other_holds_running; /* threads holding a live heap not their own */
+
+/* Hold a live heap of another thread, or false: its slow lock, tried once
+ * (the owner holds it through its slow paths). Signals wait meanwhile, as
+ * for any lock of ours, so a handler's fork never finds the heap half changed. */
+static bool heap_hold_other(shoal_heap_t *heap) {
+  os_signals_hold();
+  if (lock_try_acquire_plain(&heap->slow_lock)) {
+    atomic_fetch_add_explicit(&other_holds_running, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&fork_gate, memory_order_seq_cst) == 0 &&
+        atomic_load_explicit(&heap->state, memory_order_seq_cst) == HEAP_LIVE)
+      return true;
+    atomic_fetch_sub_explicit(&other_holds_running, 1, memory_order_seq_cst);
+    lock_release_plain(&heap->slow_lock);
+  }
+  os_signals_release();
+  return false;
+}
+
+static void heap_release_other(shoal_heap_t *heap) {
+  atomic_fetch_sub_explicit(&other_holds_running, 1, memory_order_seq_cst);
+  lock_release_plain(&heap->slow_lock);
+  os_signals_release();
+}
+
+/* Heaps served lately for an idle owner (heap_serve_idle) that kept free
+ * slices: their purge, when due, is any thread's to run; and before the
+ * arena maps a segment, a heap that needs one takes a segment of theirs
+ * whose pages are all parked, from an owner idle through a few serves. A producer blocked on a
+ * full queue otherwise keeps, beside the blocks its consumers freed, the
+ * free slices of its segments, which no other producer can use. Entries
+ * may be stale: each is checked when held. */
+#define IDLE_HEAP_SLOTS 16
+static _Atomic(shoal_heap_t *) idle_heaps[IDLE_HEAP_SLOTS];
+static _Atomic(unsigned) idle_heap_next;
+
+static void idle_heap_note(shoal_heap_t *heap) {
+  for (size_t i = 0; i < IDLE_HEAP_SLOTS; i++)
+    if (atomic_load_explicit(&idle_heaps[i], memory_order_relaxed) == heap) return;
+  unsigned slot = atomic_fetch_add_explicit(&idle_heap_next, 1, memory_order_relaxed);
+  atomic_store_explicit(&idle_heaps[slot % IDLE_HEAP_SLOTS], heap, memory_order_relaxed);
+}
+
+static bool heap_take_idle_segment(shoal_heap_t *heap) {
+  for (size_t i = 0; i < IDLE_HEAP_SLOTS; i++) {
+    shoal_heap_t *idle = atomic_load_explicit(&idle_heaps[i], memory_order_relaxed);
+    if (idle == NULL || idle == heap || !heap_hold_other(idle)) continue;
+    bool taken =
+        idle->serves_while_idle >= IDLE_SERVES_TO_LEND && heap_take_segment(heap, idle, true);
+    shoal_heap_t *noted = idle;
+    if (!taken || idle->segments == NULL) /* nothing more to lend: unless noted again meanwhile */
+      atomic_compare_exchange_strong_explicit(&idle_heaps[i], &noted, NULL, memory_order_relaxed,
+                                              memory_order_relaxed);
+    heap_release_other(idle);
+    if (taken) return true;
+  }
+  return false;
+}
+
+/* This heap has no free slice left: a dead heap's segment, else an idle
+ * heap's, before the arena maps one. */
+static void heap_reuse_others_memory(shoal_heap_t *heap) {
+  if (!heap_reuse_dead_memory(heap)) heap_take_idle_segment(heap);
+}
+
+/* ---- serving the heap of an idle owner ---- */
+
+/* The owner of `heap` lets notified pages pile up: it is blocked or
+ * descheduled. Do its drain (without waiting for anyone), and its purge if
+ * due; what is left free it may lend (idle_heaps). */
+static void heap_serve_idle(shoal_heap_t *heap) {
+  shoal_heap_t *own = thread_heap;
+  if (own == heap || own == &heap_empty || !heap_hold_other(heap)) return;
+  shoal_heap_t *outer = serving_counts_in;
+  serving_counts_in = own;
+  heap_drain(heap, DRAIN_FOR_IDLE_OWNER);
+  int64_t purge_at = atomic_load_explicit(&heap->purge_at_ms, memory_order_relaxed);
+  /* Idle through several serves: its free slices go back now, not a purge
+   * delay after the last page we freed for it (we keep freeing). */
+  heap->serves_while_idle++;
+  if (purge_at != 0 && (heap->serves_while_idle >= IDLE_SERVES_TO_PURGE || os_now_ms() >= purge_at))
+    segment_purge_heap(heap);
+  serving_counts_in = outer;
+  purge_at = atomic_load_explicit(&heap->purge_at_ms, memory_order_relaxed);
+  if (purge_at != 0) others_purge_note(purge_at); /* a later slow path serves it again then */
+  if (heap->segments != NULL) idle_heap_note(heap);
+  heap_release_other(heap);
+}
+
+/* Each idle heap noted, served again: its purge may be due. */
+static void heap_serve_all_idle(void) {
+  for (size_t i = 0; i < IDLE_HEAP_SLOTS; i++) {
+    shoal_heap_t *idle = atomic_load_explicit(&idle_heaps[i], memory_order_relaxed);
+    if (idle != NULL) heap_serve_idle(idle);
+  }
+}
+
+void heap_serve(shoal_heap_t *heap) {
+  int state = atomic_load_explicit(&heap->state, memory_order_seq_cst);
+  if (state == HEAP_ABANDONED)
+    heap_service_abandoned(heap);
+  else if (state == HEAP_LIVE)
+    heap_serve_idle(heap);
+}
+
+void heap_fork_prepare(void) {
+  atomic_store_explicit(&fork_gate, 1, memory_order_seq_cst);
+  while (atomic_load_explicit(&other_holds_running, memory_order_seq_cst) != 0) os_yield();
+}
+
+void heap_fork_after(void) {
+  atomic_store_explicit(&fork_gate, 0, memory_order_seq_cst);
+}
+
+/* In the child: a thread that tried this thread's heap at the fork and is
+ * gone cannot give it back. */
+void heap_fork_child(shoal_heap_t *survivor) {
+  atomic_store_explicit(&fork_gate, 0, memory_order_relaxed);
+  atomic_store_explicit(&other_holds_running, 0, memory_order_relaxed);
+  if (survivor != NULL && survivor != &heap_empty && survivor->slow_depth == 0)
+    lock_reset(&survivor->slow_lock);
 }
 
 /* ---- finding a page with a free block ---- */
@@ -262,7 +525,7 @@ static void heap_reuse_dead_memory(shoal_heap_t *heap) {
 /* No purge check here: a heap taking fresh pages is about to reuse what it
  * freed, the worst moment to give that memory back. */
 static shoal_page_t *heap_fresh_page(shoal_heap_t *heap, uint8_t size_class) {
-  if (heap->segments == NULL) heap_reuse_dead_memory(heap);
+  if (heap->segments == NULL) heap_reuse_others_memory(heap);
   shoal_page_t *page = segment_page_alloc(heap, class_slices[size_class]);
   if (page == NULL) return NULL;
   page_init(page, heap, class_block_size[size_class], size_class, page->is_zero);
@@ -336,10 +599,10 @@ static inline size_t outbox_index(const shoal_page_t *page) {
 
 static void outbox_send(shoal_heap_t *heap, size_t index) {
   outbox_slot_t *slot = &heap->outbox[index];
-  shoal_heap_t *abandoned_owner = page_push_remote(slot->page, slot->head, slot->tail, slot->count);
+  shoal_heap_t *to_serve = page_push_remote(slot->page, slot->head, slot->tail, slot->count);
   slot->page = NULL;
   heap->outbox_occupied &= ~((uint64_t)1 << index);
-  if (unlikely(abandoned_owner != NULL)) heap_service_abandoned(abandoned_owner);
+  if (unlikely(to_serve != NULL)) heap_serve(to_serve);
 }
 
 void heap_outbox_push(shoal_heap_t *heap, shoal_page_t *page, shoal_block_t *block) {
@@ -419,12 +682,16 @@ void *heap_malloc_large(shoal_heap_t *heap, size_t size, size_t alignment) {
   size_t extra = alignment > SLICE_SIZE ? alignment - SLICE_SIZE : 0;
   if (size > LARGE_MAX || size + extra > LARGE_MAX)
     return heap_malloc_huge(heap, size, alignment, false);
+  heap_slow_enter(heap);
   heap_drain_notified(heap);
   heap_maybe_purge(heap);
   size_t slices = (size + extra + SLICE_SIZE - 1) / SLICE_SIZE;
-  if (heap->segments == NULL) heap_reuse_dead_memory(heap);
+  if (heap->segments == NULL) heap_reuse_others_memory(heap);
   shoal_page_t *page = segment_page_alloc(heap, slices);
-  if (page == NULL) return out_of_memory();
+  if (page == NULL) {
+    heap_slow_exit(heap);
+    return out_of_memory();
+  }
   uint8_t *block = page->start;
   if (extra != 0)
     block = (uint8_t *)(((uintptr_t)block + alignment - 1) & ~(uintptr_t)(alignment - 1));
@@ -440,6 +707,7 @@ void *heap_malloc_large(shoal_heap_t *heap, size_t size, size_t alignment) {
   ((shoal_block_t *)page->start)->key = 0;
   counter_add(&heap->counters.allocated[CLASS_LARGE], 1);
   counter_add(&heap->counters.outsized_allocated_bytes, page->block_size);
+  heap_slow_exit(heap);
   return block;
 }
 
@@ -450,11 +718,14 @@ void *heap_malloc_slow(shoal_heap_t *heap, size_t size) {
   }
   counter_add(&heap->counters.slow_paths, 1);
   if (heap->outbox_occupied != 0) heap_outbox_flush(heap); /* a quiet moment to send them */
-  if (unlikely(atomic_load_explicit(&abandoned_purge_at_ms, memory_order_relaxed) != 0))
+  heap_slow_enter(heap);
+  if (unlikely(atomic_load_explicit(&others_purge_at_ms, memory_order_relaxed) != 0))
     heap_maybe_purge(heap);
-  if (size <= MEDIUM_MAX) return heap_malloc_medium(heap, size);
-  if (size > PTRDIFF_MAX) return out_of_memory();
-  return heap_malloc_large(heap, size, 0);
+  void *block = size <= MEDIUM_MAX   ? heap_malloc_medium(heap, size)
+                : size > PTRDIFF_MAX ? out_of_memory()
+                                     : heap_malloc_large(heap, size, 0);
+  heap_slow_exit(heap);
+  return block;
 }
 
 /* ---- thread start and exit ---- */
@@ -462,17 +733,20 @@ void *heap_malloc_slow(shoal_heap_t *heap, size_t size) {
 /* A heap adopted from a dead thread: its non-large parked pages may still
  * have free blocks, so move them back to their queues. */
 static void heap_take_over(shoal_heap_t *heap) {
+  heap_slow_enter(heap);
   shoal_page_t *page = heap->full.first;
   while (page != NULL) {
     shoal_page_t *next = page->next;
-    if (page->size_class != CLASS_LARGE && page_unpark(page)) {
+    if (page->size_class != CLASS_LARGE && !(page->flags & PAGE_BORROWED) && page_unpark(page)) {
       heap_unpark_listed(heap, page);
       page_collect(page);
       heap_queue_push_back(heap, page);
     }
     page = next;
   }
-  heap_drain(heap, false);
+  heap_drain(heap, DRAIN_BY_OWNER);
+  heap_take_reparked(heap);
+  heap_slow_exit(heap);
 }
 
 /* A heap the arena has just carved: zeroed, registered. */
@@ -505,22 +779,28 @@ shoal_heap_t *heap_get_or_create(void) {
 
 /* Bring every page's counts into the heap's counters (page_fold_counters). */
 void heap_fold_counters(shoal_heap_t *heap) {
+  heap_slow_enter(heap);
   for (int size_class = 0; size_class < CLASS_COUNT; size_class++)
     for (shoal_page_t *page = heap->queues[size_class].first; page != NULL; page = page->next)
       page_fold_counters(heap, page);
   for (shoal_page_t *page = heap->full.first; page != NULL; page = page->next)
     page_fold_counters(heap, page);
+  for (shoal_page_t *page = heap->reparked.first; page != NULL; page = page->next)
+    page_fold_counters(heap, page);
   for (int size_class = 0; size_class < REMOTE_CACHE_CLASSES; size_class++)
     page_fold_counters(heap, &heap->remote_cache[size_class]);
+  heap_slow_exit(heap);
 }
 
 /* Give every page the thread still holds to the arena: empty pages go back
  * to their segments now, the rest are parked so that the first remote free
  * into each brings a servicing thread, or an adopter finds them. */
 void heap_abandon(shoal_heap_t *heap) {
+  heap_slow_enter(heap);
   heap_fold_counters(heap);
   heap_remote_cache_flush(heap);
-  heap_drain(heap, false);
+  heap_drain(heap, DRAIN_BY_OWNER);
+  heap_take_reparked(heap); /* those notified meanwhile wait in the list for the drain */
   for (int size_class = 0; size_class < CLASS_COUNT; size_class++) {
     page_queue_t *queue = &heap->queues[size_class];
     while (queue->first != NULL) {
@@ -529,7 +809,7 @@ void heap_abandon(shoal_heap_t *heap) {
       for (;;) {
         page_collect(page);
         if (page->used == 0) {
-          segment_page_free(heap, page);
+          heap_page_give_back(heap, page);
           break;
         }
         if (heap_park(heap, page)) break;
@@ -541,8 +821,10 @@ void heap_abandon(shoal_heap_t *heap) {
    * (beyond it, lazily purged now), until its purge is due. */
   if (heap->purge_pending_bytes > (size_t)option(SHOAL_OPTION_PURGE_LIMIT))
     segment_purge_heap_lazy(heap);
-  if (heap->purge_at_ms != 0) abandoned_purge_note(heap->purge_at_ms);
+  int64_t purge_at = atomic_load_explicit(&heap->purge_at_ms, memory_order_relaxed);
+  if (purge_at != 0) others_purge_note(purge_at);
   atomic_store_explicit(&heap->state, HEAP_ABANDONED, memory_order_seq_cst);
+  heap_slow_exit(heap); /* before an adopter may find it */
   arena_heap_abandoned(heap);
   if (atomic_load_explicit(&heap->notified, memory_order_seq_cst) != NULL)
     heap_service_abandoned(heap);
@@ -556,9 +838,10 @@ void heap_service_abandoned(shoal_heap_t *heap) {
     if (!atomic_compare_exchange_strong_explicit(&heap->state, &expected, HEAP_SERVICING,
                                                  memory_order_seq_cst, memory_order_relaxed))
       return; /* adopted, or someone else is servicing it */
-    heap_drain(heap, true);
+    heap_drain(heap, DRAIN_ABANDONED);
     heap_maybe_purge(heap);
-    if (heap->purge_at_ms != 0) abandoned_purge_note(heap->purge_at_ms);
+    int64_t purge_at = atomic_load_explicit(&heap->purge_at_ms, memory_order_relaxed);
+    if (purge_at != 0) others_purge_note(purge_at);
     atomic_store_explicit(&heap->state, HEAP_ABANDONED, memory_order_seq_cst);
     if (atomic_load_explicit(&heap->notified, memory_order_seq_cst) == NULL) return;
   }
@@ -600,6 +883,7 @@ shoal_heap_t *heap_of_freeing_thread(void) {
 
 /* Collect every page's frees; with force, return all that is empty now. */
 void heap_collect(shoal_heap_t *heap, bool force) {
+  heap_slow_enter(heap);
   heap_fold_counters(heap);
   if (force) heap_remote_cache_flush(heap);
   heap_outbox_flush(heap);
@@ -611,7 +895,7 @@ void heap_collect(shoal_heap_t *heap, bool force) {
       page_collect(page);
       if (force && page->used == 0) {
         queue_remove(heap, page);
-        segment_page_free(heap, page);
+        heap_page_give_back(heap, page);
       }
       page = next;
     }
@@ -622,4 +906,5 @@ void heap_collect(shoal_heap_t *heap, bool force) {
   } else {
     heap_maybe_purge(heap);
   }
+  heap_slow_exit(heap);
 }

@@ -15,8 +15,19 @@ static _Atomic(int) init_state;
 
 /* fork holds every lock (lock.c); the child then puts the heaps of the
  * threads that did not survive aside, and tells the layers above. */
+static void fork_prepare(void) {
+  heap_fork_prepare(); /* first: a thread holding another's heap may wait for a lock below */
+  lock_fork_prepare();
+}
+
+static void fork_parent(void) {
+  lock_fork_parent();
+  heap_fork_after();
+}
+
 static void fork_child(void) {
   lock_fork_child();
+  heap_fork_child(thread_heap_own());
   arena_fork_child(thread_heap_own());
   if (core_hooks.fork_child != NULL) core_hooks.fork_child();
 }
@@ -37,7 +48,7 @@ void process_init(void (*above)(void)) {
   if (above != NULL) above();
   os_thread_exit_init(heap_thread_exit);
   atomic_store_explicit(&init_state, INIT_DONE, memory_order_release);
-  os_at_fork(lock_fork_prepare, lock_fork_parent, fork_child);
+  os_at_fork(fork_prepare, fork_parent, fork_child);
   verbose("ready: segments of %zu KiB, %d size classes up to %d bytes, purge delay %ld ms",
           SEGMENT_SIZE >> 10, CLASS_COUNT, MEDIUM_MAX, option(SHOAL_OPTION_PURGE_DELAY));
 }

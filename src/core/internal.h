@@ -148,8 +148,14 @@ typedef struct shoal_page_s {
   struct shoal_page_s *next_notified;
 } cache_aligned shoal_page_t;
 
-#define PAGE_FULL   1 /* parked in heap->full, not in a class queue */
-#define PAGE_UNUSED 2 /* the descriptor of a free slice or a header: no blocks */
+/* Page flags. PAGE_REPARKED and PAGE_BORROWED go with PAGE_FULL: parked
+ * again, with free blocks, by a thread that served the heap for its idle
+ * owner (in heap->reparked); come with a segment taken from a live heap,
+ * and parked until empty (heap.c, heap_take_notified_kept_parked). */
+#define PAGE_FULL     1 /* parked in heap->full (or reparked), not in a class queue */
+#define PAGE_UNUSED   2 /* the descriptor of a free slice or a header: no blocks */
+#define PAGE_REPARKED 4
+#define PAGE_BORROWED 8
 
 /* The block test: one multiply tells whether p is the start of one of the
  * first `capacity` blocks of a page, i.e. of a block it has handed out at
@@ -234,6 +240,13 @@ typedef struct outbox_slot_s {
   uint32_t count;
 } outbox_slot_t;
 
+/* lock.c's lock (its functions below). */
+typedef struct shoal_lock_s {
+  _Atomic(int) word; /* 0 free, 1 held, 2 held with sleepers */
+} shoal_lock_t;
+#define SHOAL_LOCK_INIT                                                                            \
+  { 0 }
+
 typedef enum heap_state_e {
   HEAP_LIVE = 0,      /* a thread owns it */
   HEAP_ABANDONED = 1, /* its thread exited; waiting for adoption */
@@ -259,8 +272,19 @@ typedef struct shoal_heap_s {
   shoal_page_t *direct_page[DIRECT_SLOTS]; /* (owner) first page for each 8-byte size step */
   page_queue_t queues[CLASS_COUNT];        /* (owner) pages that may have free blocks */
   page_queue_t full;                       /* (owner) pages parked until notified */
-  shoal_segment_t *segments;               /* (owner) its segments that have a free slice (full ones
-                                              aren't listed: a page allocation walks only what may serve) */
+  /* (owner) Pages with free blocks that a thread serving the heap parked
+   * again for its owner (heap_serve_idle): the owner's next slow path puts
+   * them back in their queues. */
+  page_queue_t reparked;
+  /* Held by the owner through its slow paths (slow_depth counts nested
+   * entries), or by a thread serving the heap while its owner is idle:
+   * everything a slow path changes — parked pages, segments, purge — is
+   * under it. The fast paths never take it. */
+  shoal_lock_t slow_lock;
+  uint32_t slow_depth;        /* (owner) */
+  uint32_t serves_while_idle; /* (under slow_lock) serves since the owner's last drain */
+  shoal_segment_t *segments;  /* (owner) its segments that have a free slice (full ones
+                                 aren't listed: a page allocation walks only what may serve) */
   heap_counters_t counters;
   /* (owner) Pages taken from and given back to segments: their difference,
    * summed over the heaps, is the process's page count (a page may be given
@@ -274,22 +298,18 @@ typedef struct shoal_heap_s {
    * gathered by page (a slot per page, by hash) and sent home a chain at a
    * time: one CAS for OUTBOX_BYTES of blocks, not one a block. */
   outbox_slot_t outbox[OUTBOX_SLOTS];
-  uint64_t outbox_occupied;             /* (owner) a bit per slot holding blocks */
-  size_t purge_pending_bytes;           /* (owner) free dirty slice bytes not yet purged */
-  int64_t purge_at_ms;                  /* (owner) when to purge them; 0: nothing pending */
+  uint64_t outbox_occupied;     /* (owner) a bit per slot holding blocks */
+  size_t purge_pending_bytes;   /* (owner) free dirty slice bytes not yet purged */
+  _Atomic(int64_t) purge_at_ms; /* (owner, read by a free) when to purge them; 0: nothing pending */
   struct shoal_heap_s *next_registered; /* (arena) every heap */
   struct shoal_heap_s *next_abandoned;  /* (arena) heaps waiting for adoption */
   /* Written by other threads: a line of its own, away from the owner's. */
   _Atomic(shoal_page_t *) notified cache_aligned; /* (atomic) full pages that got remote frees */
+  _Atomic(size_t) notified_slices;                /* (atomic) their slices, about: a drain resets */
   _Atomic(int) state;                             /* (atomic) heap_state_t */
 } cache_aligned shoal_heap_t;
 
 /* ---- lock.c: spin with pause, then yield, then futex; never a fixed sleep ---- */
-typedef struct shoal_lock_s {
-  _Atomic(int) word; /* 0 free, 1 held, 2 held with sleepers */
-} shoal_lock_t;
-#define SHOAL_LOCK_INIT                                                                            \
-  { 0 }
 void lock_acquire(shoal_lock_t *lock);
 /* The same waiting with signals let through, for locks fork never takes
  * (the trace's buffers, reset in the child). */
@@ -297,6 +317,7 @@ void lock_acquire_plain(shoal_lock_t *lock);
 void lock_release_plain(shoal_lock_t *lock);
 extern _Thread_local size_t lock_waits; /* times this thread found a lock taken */
 bool lock_try_acquire(shoal_lock_t *lock);
+bool lock_try_acquire_plain(shoal_lock_t *lock); /* signals let through */
 void lock_release(shoal_lock_t *lock);
 /* The order in which locks are taken, when one is taken while another is
  * held, and by fork, which holds them all: one ranked list, lowest first.
@@ -377,6 +398,7 @@ static inline void segment_slice_set_page(shoal_segment_t *segment, size_t slice
 }
 shoal_segment_t *segment_find(const void *p); /* any pointer into shoal memory, or NULL */
 shoal_page_t *segment_page_alloc(struct shoal_heap_s *heap, size_t slices);
+/* The page's slices back to its segment (its counts the caller folds first). */
 void segment_page_free(struct shoal_heap_s *heap, shoal_page_t *page);
 bool segment_page_grow(struct shoal_heap_s *heap, shoal_page_t *page, size_t slices);
 void segment_map_set(shoal_segment_t *segment, size_t size, uint8_t head);
@@ -404,12 +426,13 @@ size_t page_collect(shoal_page_t *page);
 bool page_park_full(shoal_page_t *page); /* arm the notify bit; false: it had remote frees */
 bool page_unpark(shoal_page_t *page);    /* disarm; false: a notification is on its way */
 /* A chain of `count` blocks of the page, head to tail, freed by another
- * thread: one CAS (may notify the owner). The owner's heap when its thread
- * is gone and it needs a service (heap_service_abandoned), else NULL. */
+ * thread: one CAS (may notify the owner). The owner's heap when it needs
+ * serving (heap_serve): its thread is gone, or has let notified pages pile
+ * up; else NULL. */
 struct shoal_heap_s *page_push_remote(shoal_page_t *page, shoal_block_t *head, shoal_block_t *tail,
                                       uint32_t count);
 /* Queue a parked page that got remote frees on `heap`'s notify stack; the
- * heap when its thread is gone and it needs a service, else NULL. */
+ * heap when it needs serving, else NULL. */
 struct shoal_heap_s *page_notify(shoal_page_t *page, struct shoal_heap_s *heap);
 /* p is at a block boundary of the page, handed out or not (any thread). */
 static inline bool page_is_block_start(const shoal_page_t *page, const void *p) {
@@ -434,7 +457,7 @@ extern _Thread_local shoal_heap_t *thread_heap_parked;
 static inline shoal_heap_t *thread_heap_own(void) {
   return thread_heap_parked != NULL ? thread_heap_parked : thread_heap;
 }
-extern _Atomic(int64_t) abandoned_purge_at_ms; /* a dead thread's heap is due for purge then */
+extern _Atomic(int64_t) others_purge_at_ms; /* a dead thread's heap is due for purge then */
 /* The calling thread's heap, new or adopted; process_init must have run. */
 shoal_heap_t *heap_get_or_create(void);
 /* The heap a free should count in: this thread's, made now if it has none
@@ -460,6 +483,25 @@ void heap_collect(shoal_heap_t *heap, bool force);
 void heap_fold_counters(shoal_heap_t *heap);
 void heap_abandon(shoal_heap_t *heap);
 void heap_service_abandoned(shoal_heap_t *heap);
+/* A heap that page_push_remote or page_notify returned: its thread is gone,
+ * or idle with parked pages piling up; serve it, if nobody else is. */
+void heap_serve(shoal_heap_t *heap);
+/* The owner around its slow paths (nested entries count once). It waits
+ * only while a thread serving its idle heap finishes. */
+static inline void heap_slow_enter(shoal_heap_t *heap) {
+  if (heap->slow_depth++ == 0) lock_acquire_plain(&heap->slow_lock);
+}
+static inline void heap_slow_exit(shoal_heap_t *heap) {
+  if (--heap->slow_depth == 0) lock_release_plain(&heap->slow_lock);
+}
+/* fork: no thread serves another's heap across it (the child would find
+ * that heap half changed). */
+void heap_fork_prepare(void);
+void heap_fork_after(void);
+void heap_fork_child(shoal_heap_t *survivor);
+/* A parked page, off its list (full or reparked) and unparked. */
+void heap_unpark_listed(shoal_heap_t *heap, shoal_page_t *page);
+void heap_release_borrowed(shoal_heap_t *heap, shoal_page_t *page);
 void heap_service_all_abandoned(void);
 void heap_thread_exit(void *heap);
 

@@ -45,6 +45,10 @@ bool lock_try_acquire(shoal_lock_t *lock) {
   return false;
 }
 
+bool lock_try_acquire_plain(shoal_lock_t *lock) {
+  return try_take(lock);
+}
+
 _Thread_local size_t lock_waits;
 
 static slow_path void lock_wait(shoal_lock_t *lock) {

@@ -152,7 +152,7 @@ static void segment_purge(shoal_segment_t *segment, bool lazy) {
 }
 
 /* A segment of a dead thread's heap goes to a live heap (heap.c's
- * heap_take_dead_segment, which moves its pages): its place in the list of
+ * heap_take_segment, which moves its pages): its place in the list of
  * segments with free slices and its slices pending purge go with it. */
 void segment_move(shoal_heap_t *from, shoal_heap_t *to, shoal_segment_t *segment) {
   size_t pending = pending_bytes(segment, SLICES_ALL & ~SLICE_HEADER_BITS);
@@ -170,7 +170,7 @@ void segment_purge_heap(shoal_heap_t *heap) {
   for (shoal_segment_t *segment = heap->segments; segment != NULL; segment = segment->next)
     segment_purge(segment, false);
   heap->purge_pending_bytes = 0;
-  heap->purge_at_ms = 0;
+  atomic_store_explicit(&heap->purge_at_ms, 0, memory_order_relaxed);
   huge_cache_trim(false);
   arena_cache_trim(false);
 }
@@ -192,7 +192,6 @@ void segment_purge_heap_lazy(shoal_heap_t *heap) {
  * the burst would fault them in again. Past the purge limit in the burst
  * they are purged lazily at once. */
 void segment_page_free(shoal_heap_t *heap, shoal_page_t *page) {
-  page_fold_counters(heap, page);
   shoal_segment_t *segment = segment_of(page);
   size_t first = (size_t)(page - segment->pages), count = page->slice_count;
   uint64_t mask = slice_mask(first, count);
@@ -223,5 +222,5 @@ void segment_page_free(shoal_heap_t *heap, shoal_page_t *page) {
   }
   if (heap->purge_pending_bytes > (size_t)option(SHOAL_OPTION_PURGE_LIMIT))
     segment_purge_heap_lazy(heap);
-  heap->purge_at_ms = os_now_ms() + delay;
+  atomic_store_explicit(&heap->purge_at_ms, os_now_ms() + delay, memory_order_relaxed);
 }
