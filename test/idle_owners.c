@@ -45,8 +45,8 @@ static struct {
   pthread_cond_t not_empty, not_full;
   batch_t *slots[QUEUE_SLOTS];
   size_t head, count;
-} queue = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
-           {NULL}, 0, 0};
+} queue = {
+    PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, {NULL}, 0, 0};
 
 static size_t batches_per_producer;
 static _Atomic(size_t) blocks_made, blocks_freed;
@@ -91,7 +91,7 @@ static void *producer_run(void *argument) {
     CHECK(batch != NULL);
     for (size_t i = 0; i < BATCH; i++) {
       size_t size = rng_range(&rng, 0, 63) == 0 ? rng_range(&rng, 40 * 1024, 200 * 1024)
-                                                 : rng_range(&rng, 16, 2048);
+                                                : rng_range(&rng, 16, 2048);
       block_ref_t ref = {shoal_malloc(size), size, rng_next(&rng)};
       CHECK_CTX(ref.pointer != NULL, "malloc(%zu) failed", size);
       block_fill(ref.pointer, size, ref.seed);

@@ -339,9 +339,9 @@ static bool segment_all_parked(shoal_segment_t *segment) {
 #define LEND_MIN_FREE_SLICES (SLICES_PER_SEGMENT / 2)
 
 /* `from`'s segment with the most free slices (of those all parked and half
- * free, when `from` has an owner), its pages and all, to `heap`: parked pages to the
- * same list of heap's, queued ones behind heap's. `from` is held by the
- * caller (its servicer, or its slow lock). */
+ * free, when `from` has an owner), its pages and all, to `heap`: parked
+ * pages to the same list of heap's, queued ones behind heap's. `from` is
+ * held by the caller (its servicer, or its slow lock). */
 static bool heap_take_segment(shoal_heap_t *heap, shoal_heap_t *from, bool all_parked) {
   shoal_segment_t *best = NULL;
   size_t best_free = 0;
@@ -425,10 +425,10 @@ static void heap_release_other(shoal_heap_t *heap) {
 /* Heaps served lately for an idle owner (heap_serve_idle) that kept free
  * slices: their purge, when due, is any thread's to run; and before the
  * arena maps a segment, a heap that needs one takes a segment of theirs
- * whose pages are all parked, from an owner idle through a few serves. A producer blocked on a
- * full queue otherwise keeps, beside the blocks its consumers freed, the
- * free slices of its segments, which no other producer can use. Entries
- * may be stale: each is checked when held. */
+ * whose pages are all parked, from an owner idle through a few serves. A
+ * producer blocked on a full queue otherwise keeps, beside the blocks its
+ * consumers freed, the free slices of its segments, which no other
+ * producer can use. Entries may be stale: each is checked when held. */
 #define IDLE_HEAP_SLOTS 16
 static _Atomic(shoal_heap_t *) idle_heaps[IDLE_HEAP_SLOTS];
 static _Atomic(unsigned) idle_heap_next;
