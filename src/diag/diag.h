@@ -48,6 +48,14 @@ void diag_free(void *p, size_t size_hint, caller_t caller);
 void *diag_realloc(void *p, size_t size, caller_t caller);
 size_t diag_usable_size(const void *p, const char *function, caller_t caller);
 
+/* A file's path as a number, to find an object again (symbols.c, lines.c):
+ * FNV-1a. */
+static inline uint64_t text_hash(const char *text) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (; *text != '\0'; text++) hash = (hash ^ (unsigned char)*text) * 0x100000001b3ull;
+  return hash;
+}
+
 /* ---- symbols.c: names for code addresses ----
  * "function+0xOFF (object)" for a code address, "0xADDR (object+0xOFF)" when
  * no function covers it (OFF is then what addr2line wants), "0xADDR" outside

@@ -301,12 +301,6 @@ static bool libdw_load(void) {
   return true;
 }
 
-static uint64_t hash_of(const char *text) {
-  uint64_t hash = 0xcbf29ce484222325ull; /* FNV-1a */
-  for (; *text != '\0'; text++) hash = (hash ^ (unsigned char)*text) * 0x100000001b3ull;
-  return hash;
-}
-
 /* The object holding address, reported to libdwfl once; *path gets the
  * loader's name for it. */
 static Dwfl_Module *module_for(uintptr_t address, const char **path) {
@@ -319,7 +313,7 @@ static Dwfl_Module *module_for(uintptr_t address, const char **path) {
   /* The program: its file by the kernel's link (the loader's name is
    * argv[0], relative to a directory the program may have left). */
   const char *file = map->l_name == NULL || map->l_name[0] == '\0' ? "/proc/self/exe" : *path;
-  uint64_t hash = hash_of(file);
+  uint64_t hash = text_hash(file);
   for (size_t i = 0; i < module_count; i++)
     if (modules[i].bias == map->l_addr && modules[i].path_hash == hash) return modules[i].module;
   if (dwfl == NULL && (dwfl = libdw.begin(&dwfl_callbacks)) == NULL) return NULL;

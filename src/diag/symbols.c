@@ -28,7 +28,7 @@
  * The symbol table is scanned linearly (an index would need memory): about a
  * microsecond per thousand symbols, and the reports name each call site once. */
 #define _GNU_SOURCE
-#include "core/internal.h"
+#include "diag/diag.h"
 
 #include <dlfcn.h>
 #include <elf.h>
@@ -198,12 +198,6 @@ static const elf_symbol_t *object_function_at(const symbol_object_t *object, uin
 
 /* ---- the objects ---- */
 
-static uint64_t path_hash(const char *path) {
-  uint64_t hash = 0xcbf29ce484222325ull; /* FNV-1a */
-  for (; *path != '\0'; path++) hash = (hash ^ (unsigned char)*path) * 0x100000001b3ull;
-  return hash;
-}
-
 static void copy_base_name(char *out, size_t capacity, const char *path) {
   const char *slash = strrchr(path, '/');
   const char *base = slash != NULL ? slash + 1 : path;
@@ -221,7 +215,7 @@ static void object_open(symbol_object_t *object, const char *path, uintptr_t bia
   memset(object, 0, sizeof *object);
   object->in_use = true;
   object->bias = bias;
-  object->path_hash = path_hash(path);
+  object->path_hash = text_hash(path);
   const char *file_path = path;
   const char *started = (const char *)getauxval(AT_EXECFN); /* the path exec was given */
   if (path[0] == '\0') {
@@ -256,7 +250,7 @@ static void object_close(symbol_object_t *object) {
 /* The cached object for path at bias, opened in the next slot if new.
  * Needs symbols_lock. */
 static symbol_object_t *object_cache_get(const char *path, uintptr_t bias, const void *base) {
-  uint64_t hash = path_hash(path);
+  uint64_t hash = text_hash(path);
   for (size_t i = 0; i < OBJECT_CACHE_SLOTS; i++) {
     symbol_object_t *object = &object_cache[i];
     if (object->in_use && object->bias == bias && object->path_hash == hash) return object;
