@@ -21,13 +21,16 @@ shoal_lock_t arena_lock = SHOAL_LOCK_INIT;
 _Atomic(int64_t) arena_purge_at_ms; /* when cached segments are due for purging; 0: none */
 
 static struct {
-  shoal_segment_t *cached[ARENA_CACHED_SEGMENTS]; /* (arena) empty segments, warm first */
+  shoal_segment_t *cached[ARENA_CACHED_SEGMENTS]; /* (arena) empty segments, warm last */
   size_t cached_count;                            /* (arena) */
-  _Atomic(shoal_heap_t *) registered;             /* every heap; append only */
-  shoal_heap_t *abandoned;                        /* (arena) heaps of exited threads */
-  size_t abandoned_count;                         /* (arena) */
-  uint8_t *heap_chunk;                            /* (arena) where the next heap is carved */
-  size_t heap_chunk_left;                         /* (arena) */
+  size_t cached_old;                  /* (arena) the first ones, cached before the last trim */
+  int64_t purge_latest_ms;            /* (arena) releases push arena_purge_at_ms back no later */
+  int64_t released_ms;                /* (arena) when a segment was last cached */
+  _Atomic(shoal_heap_t *) registered; /* every heap; append only */
+  shoal_heap_t *abandoned;            /* (arena) heaps of exited threads */
+  size_t abandoned_count;             /* (arena) */
+  uint8_t *heap_chunk;                /* (arena) where the next heap is carved */
+  size_t heap_chunk_left;             /* (arena) */
   _Atomic(size_t) heap_count;
 } arena;
 
@@ -65,7 +68,7 @@ static void segment_reset_header(shoal_segment_t *segment) {
   atomic_store_explicit(&segment->heap, NULL, memory_order_relaxed);
   segment->next = segment->prev = NULL;
   segment->free_slices = SLICES_ALL & ~SLICE_HEADER_BITS;
-  segment->lazy_slices = 0;
+  segment->lazy_slices = segment->recent_slices = 0;
   segment->size = SEGMENT_SIZE;
   segment->kind = SEGMENT_NORMAL;
   memset(segment->pages, 0, sizeof segment->pages);
@@ -79,8 +82,10 @@ static void segment_reset_header(shoal_segment_t *segment) {
 shoal_segment_t *arena_segment_acquire(void) {
   shoal_segment_t *segment = NULL;
   lock_acquire(&arena_lock);
-  if (arena.cached_count > 0) /* the last released first: it may still be warm */
+  if (arena.cached_count > 0) { /* the last released first: it may still be warm */
     segment = arena.cached[--arena.cached_count];
+    if (arena.cached_old > arena.cached_count) arena.cached_old = arena.cached_count;
+  }
   lock_release(&arena_lock);
   if (segment == NULL) {
     segment = os_map_aligned(SEGMENT_SIZE, SEGMENT_SIZE);
@@ -113,10 +118,22 @@ static void segment_purge_all(shoal_segment_t *segment) {
   segment->lazy_slices = 0;
 }
 
+/* As segment_purge_schedule: each release pushes the trim back a delay, up
+ * to PURGE_BURST_DELAYS past the first. (arena) */
+static void arena_trim_schedule(int64_t now) {
+  long delay = option(SHOAL_OPTION_PURGE_DELAY);
+  arena.released_ms = now;
+  if (atomic_load_explicit(&arena_purge_at_ms, memory_order_relaxed) == 0)
+    arena.purge_latest_ms = now + PURGE_BURST_DELAYS * delay;
+  int64_t at = now + delay < arena.purge_latest_ms ? now + delay : arena.purge_latest_ms;
+  atomic_store_explicit(&arena_purge_at_ms, at, memory_order_relaxed);
+}
+
 /* An empty segment: kept as it is, so that a program that frees a lot and
  * allocates again soon (a new thread, the next phase) finds its memory
- * without faulting it in; after the purge delay the cache is purged for good
- * and trimmed to ARENA_CACHED_CLEAN segments. Not purged lazily meanwhile:
+ * without faulting it in; once it has stayed in the cache through a trim it
+ * is purged for good, and the cache trimmed to ARENA_CACHED_CLEAN of them
+ * (arena_cache_trim). Not purged lazily meanwhile:
  * MADV_FREE walks the page tables, and each page written again takes a
  * dirty-bit assist; freeing and refilling 160 MiB ran twice as slow so. */
 void arena_segment_release(shoal_segment_t *segment) {
@@ -128,26 +145,36 @@ void arena_segment_release(shoal_segment_t *segment) {
   if (arena.cached_count < (keep ? ARENA_CACHED_SEGMENTS : ARENA_CACHED_CLEAN)) {
     arena.cached[arena.cached_count++] = segment;
     segment = NULL;
-    if (keep) /* the delay counts from the last release: a burst of frees is not a quiet moment */
-      atomic_store_explicit(&arena_purge_at_ms, os_now_ms() + option(SHOAL_OPTION_PURGE_DELAY),
-                            memory_order_relaxed);
+    if (keep) arena_trim_schedule(os_now_ms());
   }
   lock_release(&arena_lock);
   if (segment != NULL) segment_unmap(segment);
 }
 
-/* Once the delay is over: purge the cached segments for good and unmap all
- * but a few; with force, unmap them all. */
+/* Once the trim is due: the segments cached before the last trim have
+ * stayed unused through a delay; they are purged for good, and all but
+ * ARENA_CACHED_CLEAN of them unmapped. Those cached since are spared until
+ * the next trim, unless none was cached for two delays (as heap.c's
+ * heap_purge_due): with threads waiting for a core, the delay on the clock
+ * passes while they are still using them. With force, unmap them all. */
 void arena_cache_trim(bool force) {
   int64_t due = atomic_load_explicit(&arena_purge_at_ms, memory_order_relaxed);
-  if (!force && (due == 0 || os_now_ms() < due)) return;
+  int64_t now = os_now_ms();
+  if (!force && (due == 0 || now < due)) return;
   shoal_segment_t *unmapped[ARENA_CACHED_SEGMENTS];
   size_t unmapped_count = 0;
   lock_acquire(&arena_lock);
   atomic_store_explicit(&arena_purge_at_ms, 0, memory_order_relaxed);
-  size_t keep = force ? 0 : ARENA_CACHED_CLEAN;
-  while (arena.cached_count > keep) unmapped[unmapped_count++] = arena.cached[--arena.cached_count];
-  for (size_t i = 0; i < arena.cached_count; i++) segment_purge_all(arena.cached[i]);
+  bool quiet = force || now - arena.released_ms >= 2 * option(SHOAL_OPTION_PURGE_DELAY);
+  size_t old = quiet ? arena.cached_count : arena.cached_old;
+  size_t keep = force ? 0 : (old < ARENA_CACHED_CLEAN ? old : ARENA_CACHED_CLEAN);
+  for (size_t i = keep; i < old; i++) unmapped[unmapped_count++] = arena.cached[i];
+  memmove(&arena.cached[keep], &arena.cached[old],
+          (arena.cached_count - old) * sizeof arena.cached[0]);
+  arena.cached_count -= old - keep;
+  for (size_t i = 0; i < keep; i++) segment_purge_all(arena.cached[i]);
+  if (arena.cached_count > keep) arena_trim_schedule(now); /* the spared ones, next time */
+  arena.cached_old = arena.cached_count;
   lock_release(&arena_lock);
   for (size_t i = 0; i < unmapped_count; i++) segment_unmap(unmapped[i]);
 }

@@ -162,11 +162,24 @@ static void others_purge_note(int64_t at) {
 
 static void heap_serve_all_idle(void);
 
+/* The purge delay has passed on the clock. A heap that has freed no page
+ * for two delays is quiet: its owner is blocked or busy elsewhere, and all
+ * its free slices go. Else the delay may have passed while the owner waited
+ * for a core (8 threads on 2 cores wait 9 ms of every 12), and only the
+ * slices it has not freed since the last purge go now. */
+static void heap_purge_due(shoal_heap_t *heap, int64_t now) {
+  long delay = option(SHOAL_OPTION_PURGE_DELAY);
+  if (heap != thread_heap || now - heap->page_freed_ms >= 2 * delay)
+    segment_purge_heap(heap);
+  else
+    segment_purge_heap_aged(heap);
+}
+
 static void heap_maybe_purge(shoal_heap_t *heap) {
   int64_t now = os_now_ms();
   int64_t purge_at = atomic_load_explicit(&heap->purge_at_ms, memory_order_relaxed);
   if (purge_at != 0 && now >= purge_at)
-    segment_purge_heap(heap);
+    heap_purge_due(heap, now);
   else if (atomic_load_explicit(&arena_purge_at_ms, memory_order_relaxed) != 0)
     arena_cache_trim(false);
   int64_t others_due = atomic_load_explicit(&others_purge_at_ms, memory_order_relaxed);

@@ -77,7 +77,8 @@ typedef const void *caller_t;
 #define REMOTE_CACHE_CLASSES   32          /* the classes up to DIRECT_MAX */
 #define REMOTE_CACHE_BYTES     (32 * 1024) /* per class, of other threads' blocks kept */
 #define OUTBOX_SLOTS           64          /* pages other threads own, gathered at once */
-#define OUTBOX_BYTES           (4 * 1024)  /* a page's gathered blocks go home at this */
+#define PURGE_BURST_DELAYS     10 /* a burst of frees defers a purge this many delays at most */
+#define OUTBOX_BYTES           (4 * 1024) /* a page's gathered blocks go home at this */
 #define ADDRESS_BITS           47
 #define SEGMENT_MAP_ENTRIES    ((size_t)1 << (ADDRESS_BITS - SEGMENT_SHIFT))
 
@@ -216,10 +217,11 @@ typedef struct shoal_segment_s {
   struct shoal_segment_s *next, *prev; /* (owner) heap's list, or arena cache */
   uint64_t free_slices;                /* (owner) 1 = slice not in any page */
   uint64_t dirty_slices;               /* (owner) 1 = slice touched since its last purge */
-  uint64_t lazy_slices; /* (owner) free slices purged lazily (MADV_FREE): reusable at no
-                           cost until the kernel wants the memory; still dirty */
-  size_t size;          /* bytes mapped (SEGMENT_SIZE, or a huge block's mapping) */
-  size_t huge_advised;  /* a huge block's: bytes asked for transparent huge pages */
+  uint64_t recent_slices; /* (owner) freed since the heap's last aged purge: spared by it */
+  uint64_t lazy_slices;   /* (owner) free slices purged lazily (MADV_FREE): reusable at no
+                             cost until the kernel wants the memory; still dirty */
+  size_t size;            /* bytes mapped (SEGMENT_SIZE, or a huge block's mapping) */
+  size_t huge_advised;    /* a huge block's: bytes asked for transparent huge pages */
   segment_kind_t kind;
   /* slice -> byte offset from the segment of the descriptor of the page
    * holding it (that of its first slice), or of its own when free: free
@@ -301,6 +303,8 @@ typedef struct shoal_heap_s {
   uint64_t outbox_occupied;     /* (owner) a bit per slot holding blocks */
   size_t purge_pending_bytes;   /* (owner) free dirty slice bytes not yet purged */
   _Atomic(int64_t) purge_at_ms; /* (owner, read by a free) when to purge them; 0: nothing pending */
+  int64_t purge_latest_ms;      /* (owner) frees push purge_at_ms back no later than this */
+  int64_t page_freed_ms;        /* (owner) when the heap last gave a page back */
   struct shoal_heap_s *next_registered; /* (arena) every heap */
   struct shoal_heap_s *next_abandoned;  /* (arena) heaps waiting for adoption */
   /* Written by other threads: a line of its own, away from the owner's. */
@@ -403,6 +407,7 @@ void segment_page_free(struct shoal_heap_s *heap, shoal_page_t *page);
 bool segment_page_grow(struct shoal_heap_s *heap, shoal_page_t *page, size_t slices);
 void segment_map_set(shoal_segment_t *segment, size_t size, uint8_t head);
 void segment_purge_heap(struct shoal_heap_s *heap);
+void segment_purge_heap_aged(struct shoal_heap_s *heap);
 void segment_move(struct shoal_heap_s *from, struct shoal_heap_s *to, shoal_segment_t *segment);
 void segment_purge_heap_lazy(struct shoal_heap_s *heap);
 

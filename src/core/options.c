@@ -27,7 +27,7 @@ static const option_descriptor_t descriptors[SHOAL_OPTION_COUNT] = {
         {"PURGE_LIMIT", 64L << 20, OPTION_BYTES,
          "free resident bytes a thread may keep before purging lazily at once"},
     [SHOAL_OPTION_HUGE_CACHE] = {"HUGE_CACHE", 64L << 20, OPTION_BYTES,
-                                 "bytes of freed huge blocks kept mapped for reuse"},
+                                 "largest freed huge block kept mapped for reuse"},
     [SHOAL_OPTION_ABORT_ON_ERROR] = {"ABORT_ON_ERROR", 1, OPTION_BOOL,
                                      "abort on an invalid or double free (0: warn and ignore it)"},
     [SHOAL_OPTION_VERBOSE] = {"VERBOSE", 0, OPTION_BOOL, "report shoal's decisions on stderr"},
