@@ -122,6 +122,12 @@ static long purge_wait_ms(void) {
   return 2 * delay + 10;
 }
 
+/* A dead thread's heap stays warm for the next thread 100 purge delays
+ * (README, "Threads come and go"), then any slow path purges it. */
+static long dead_heap_wait_ms(void) {
+  return 100 * shoal_option_get(SHOAL_OPTION_PURGE_DELAY) + 10;
+}
+
 static void check_returned(const char *variant, size_t base_level, size_t peak_level) {
   size_t after_level = memory_level();
   shoal_stats_t stats;
@@ -174,7 +180,7 @@ static void run_variant(int mode, size_t total_bytes) {
     for (unsigned i = 0; i < WORKER_COUNT; i++) CHECK(pthread_join(workers[i].thread, NULL) == 0);
     for (unsigned i = 0; i < WORKER_COUNT; i++)
       CHECK(free_chain(workers[i].blocks) == workers[i].block_count);
-    sleep_ms(purge_wait_ms());
+    sleep_ms(dead_heap_wait_ms());
     allocate_once();
     check_returned(variant, base_level, peak_level);
   }

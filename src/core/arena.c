@@ -121,7 +121,7 @@ static void segment_purge_all(shoal_segment_t *segment) {
 /* As segment_purge_schedule: each release pushes the trim back a delay, up
  * to PURGE_BURST_DELAYS past the first. (arena) */
 static void arena_trim_schedule(int64_t now) {
-  long delay = option(SHOAL_OPTION_PURGE_DELAY);
+  long delay = option(SHOAL_OPTION_PURGE_DELAY) * ARENA_TRIM_DELAYS;
   arena.released_ms = now;
   if (atomic_load_explicit(&arena_purge_at_ms, memory_order_relaxed) == 0)
     arena.purge_latest_ms = now + PURGE_BURST_DELAYS * delay;

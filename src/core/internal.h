@@ -77,7 +77,9 @@ typedef const void *caller_t;
 #define REMOTE_CACHE_CLASSES   32          /* the classes up to DIRECT_MAX */
 #define REMOTE_CACHE_BYTES     (32 * 1024) /* per class, of other threads' blocks kept */
 #define OUTBOX_SLOTS           64          /* pages other threads own, gathered at once */
-#define PURGE_BURST_DELAYS     10 /* a burst of frees defers a purge this many delays at most */
+#define PURGE_BURST_DELAYS     10  /* a burst of frees defers a purge this many delays at most */
+#define PURGE_DEAD_DELAYS      100 /* a dead thread's heap stays warm this long for an adopter */
+#define ARENA_TRIM_DELAYS      10  /* empty segments wait this long for any thread to take them */
 #define OUTBOX_BYTES           (4 * 1024) /* a page's gathered blocks go home at this */
 #define ADDRESS_BITS           47
 #define SEGMENT_MAP_ENTRIES    ((size_t)1 << (ADDRESS_BITS - SEGMENT_SHIFT))
@@ -305,6 +307,8 @@ typedef struct shoal_heap_s {
   _Atomic(int64_t) purge_at_ms; /* (owner, read by a free) when to purge them; 0: nothing pending */
   int64_t purge_latest_ms;      /* (owner) frees push purge_at_ms back no later than this */
   int64_t page_freed_ms;        /* (owner) when the heap last gave a page back */
+  os_thread_usage_t purge_usage;        /* (owner) the owner's at the last due purge */
+  int64_t abandoned_ms;                 /* (servicer) when its thread exited */
   struct shoal_heap_s *next_registered; /* (arena) every heap */
   struct shoal_heap_s *next_abandoned;  /* (arena) heaps waiting for adoption */
   /* Written by other threads: a line of its own, away from the owner's. */
@@ -408,6 +412,7 @@ bool segment_page_grow(struct shoal_heap_s *heap, shoal_page_t *page, size_t sli
 void segment_map_set(shoal_segment_t *segment, size_t size, uint8_t head);
 void segment_purge_heap(struct shoal_heap_s *heap);
 void segment_purge_heap_aged(struct shoal_heap_s *heap);
+void segment_purge_restart(struct shoal_heap_s *heap);
 void segment_move(struct shoal_heap_s *from, struct shoal_heap_s *to, shoal_segment_t *segment);
 void segment_purge_heap_lazy(struct shoal_heap_s *heap);
 

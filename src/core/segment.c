@@ -214,6 +214,16 @@ void segment_purge_heap_aged(shoal_heap_t *heap) {
   arena_cache_trim(false);
 }
 
+/* A new thread has adopted the heap: what the dead one left free counts as
+ * freed now, for the adopter to reuse before it is purged. */
+void segment_purge_restart(shoal_heap_t *heap) {
+  for (shoal_segment_t *segment = heap->segments; segment != NULL; segment = segment->next)
+    segment->recent_slices = segment->free_slices;
+  atomic_store_explicit(&heap->purge_at_ms, 0, memory_order_relaxed);
+  if (heap->purge_pending_bytes > 0)
+    segment_purge_schedule(heap, os_now_ms(), option(SHOAL_OPTION_PURGE_DELAY));
+}
+
 /* Past the purge limit in a burst of frees: the kernel may take the memory
  * meanwhile, and a lazy purge costs little if the program allocates again
  * soon (it often does); the purge for good still follows the delay. */

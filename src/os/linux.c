@@ -177,6 +177,14 @@ int64_t os_now_ms(void) {
   return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
+os_thread_usage_t os_thread_usage(void) {
+  struct rusage usage;
+  if (getrusage(RUSAGE_THREAD, &usage) != 0) return (os_thread_usage_t){0, 0, 0};
+  int64_t cpu_us = ((int64_t)usage.ru_utime.tv_sec + (int64_t)usage.ru_stime.tv_sec) * 1000000 +
+                   (int64_t)usage.ru_utime.tv_usec + (int64_t)usage.ru_stime.tv_usec;
+  return (os_thread_usage_t){cpu_us / 1000, (uint64_t)usage.ru_nivcsw, (uint64_t)usage.ru_nvcsw};
+}
+
 uint64_t os_random_key(void) {
   uint64_t key = 0;
   if (getrandom(&key, sizeof key, GRND_NONBLOCK) != (ssize_t)sizeof key) {

@@ -50,6 +50,14 @@ bool os_protect(void *address, size_t size, bool accessible);
 bool os_catch_faults(void (*handler)(const void *address, const char *access,
                                      const void *instruction));
 int64_t os_now_ms(void);
+/* What the calling thread has had of the machine so far: its CPU time, the
+ * times it was preempted (it waited for a core) and the times it blocked or
+ * slept. Where the OS does not tell, all zero. A system call. */
+typedef struct os_thread_usage_s {
+  int64_t cpu_ms;
+  uint64_t preempted, waited;
+} os_thread_usage_t;
+os_thread_usage_t os_thread_usage(void);
 uint64_t os_random_key(void);
 void os_futex_wait(_Atomic(int) *address, int expected);
 void os_futex_wake_one(_Atomic(int) *address);

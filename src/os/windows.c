@@ -225,6 +225,10 @@ int64_t os_now_ms(void) {
   return (int64_t)GetTickCount64();
 }
 
+os_thread_usage_t os_thread_usage(void) {
+  return (os_thread_usage_t){0, 0, 0}; /* Windows counts no preemptions per thread */
+}
+
 /* No system call here gives randomness without a library shoal would have
  * to load (advapi32, bcrypt) inside the first malloc: the key mixes the
  * cycle counter, the process and thread ids and two addresses that address
