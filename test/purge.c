@@ -117,17 +117,12 @@ static void *worker_run(void *argument) {
 }
 
 /* Free slices go two purge delays after the last page freed; empty
- * segments wait ten in the arena (README, "Memory goes back"). */
+ * segments wait ten in the arena, and a dead thread's heap ten for an
+ * adopter (README, "Memory goes back", "Threads come and go"). */
 static long purge_wait_ms(void) {
   long delay = shoal_option_get(SHOAL_OPTION_PURGE_DELAY);
   CHECK(delay >= 0);
   return 10 * delay + 10;
-}
-
-/* A dead thread's heap stays warm for the next thread 100 purge delays
- * (README, "Threads come and go"), then any slow path purges it. */
-static long dead_heap_wait_ms(void) {
-  return 100 * shoal_option_get(SHOAL_OPTION_PURGE_DELAY) + 10;
 }
 
 static void check_returned(const char *variant, size_t base_level, size_t peak_level) {
@@ -182,7 +177,7 @@ static void run_variant(int mode, size_t total_bytes) {
     for (unsigned i = 0; i < WORKER_COUNT; i++) CHECK(pthread_join(workers[i].thread, NULL) == 0);
     for (unsigned i = 0; i < WORKER_COUNT; i++)
       CHECK(free_chain(workers[i].blocks) == workers[i].block_count);
-    sleep_ms(dead_heap_wait_ms());
+    sleep_ms(purge_wait_ms());
     allocate_once();
     check_returned(variant, base_level, peak_level);
   }

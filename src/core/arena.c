@@ -122,7 +122,6 @@ static void segment_purge_all(shoal_segment_t *segment) {
  * to PURGE_BURST_DELAYS past the first. (arena) */
 static void arena_trim_schedule(int64_t now) {
   long delay = option(SHOAL_OPTION_PURGE_DELAY) * ARENA_TRIM_DELAYS;
-  arena.released_ms = now;
   if (atomic_load_explicit(&arena_purge_at_ms, memory_order_relaxed) == 0)
     arena.purge_latest_ms = now + PURGE_BURST_DELAYS * delay;
   int64_t at = now + delay < arena.purge_latest_ms ? now + delay : arena.purge_latest_ms;
@@ -145,7 +144,10 @@ void arena_segment_release(shoal_segment_t *segment) {
   if (arena.cached_count < (keep ? ARENA_CACHED_SEGMENTS : ARENA_CACHED_CLEAN)) {
     arena.cached[arena.cached_count++] = segment;
     segment = NULL;
-    if (keep) arena_trim_schedule(os_now_ms());
+    if (keep) {
+      arena.released_ms = os_now_ms();
+      arena_trim_schedule(arena.released_ms);
+    }
   }
   lock_release(&arena_lock);
   if (segment != NULL) segment_unmap(segment);

@@ -77,9 +77,9 @@ typedef const void *caller_t;
 #define REMOTE_CACHE_CLASSES   32          /* the classes up to DIRECT_MAX */
 #define REMOTE_CACHE_BYTES     (32 * 1024) /* per class, of other threads' blocks kept */
 #define OUTBOX_SLOTS           64          /* pages other threads own, gathered at once */
-#define PURGE_BURST_DELAYS     10  /* a burst of frees defers a purge this many delays at most */
-#define PURGE_DEAD_DELAYS      100 /* a dead thread's heap stays warm this long for an adopter */
-#define ARENA_TRIM_DELAYS      10  /* empty segments wait this long for any thread to take them */
+#define PURGE_BURST_DELAYS     10 /* a burst of frees defers a purge this many delays at most */
+#define PURGE_DEAD_DELAYS      10 /* a dead thread's heap stays warm this long for an adopter */
+#define ARENA_TRIM_DELAYS      10 /* empty segments wait this long for any thread to take them */
 #define OUTBOX_BYTES           (4 * 1024) /* a page's gathered blocks go home at this */
 #define ADDRESS_BITS           47
 #define SEGMENT_MAP_ENTRIES    ((size_t)1 << (ADDRESS_BITS - SEGMENT_SHIFT))

@@ -173,7 +173,6 @@ void segment_move(shoal_heap_t *from, shoal_heap_t *to, shoal_segment_t *segment
  * (largemix t=1 held 80 MiB above its live bytes, never purged). */
 static void segment_purge_schedule(shoal_heap_t *heap, int64_t now, long delay) {
   int64_t at = atomic_load_explicit(&heap->purge_at_ms, memory_order_relaxed);
-  heap->page_freed_ms = now;
   if (at == 0) heap->purge_latest_ms = now + PURGE_BURST_DELAYS * delay;
   at = now + delay < heap->purge_latest_ms ? now + delay : heap->purge_latest_ms;
   atomic_store_explicit(&heap->purge_at_ms, at, memory_order_relaxed);
@@ -219,9 +218,10 @@ void segment_purge_heap_aged(shoal_heap_t *heap) {
 void segment_purge_restart(shoal_heap_t *heap) {
   for (shoal_segment_t *segment = heap->segments; segment != NULL; segment = segment->next)
     segment->recent_slices = segment->free_slices;
+  heap->page_freed_ms = os_now_ms();
   atomic_store_explicit(&heap->purge_at_ms, 0, memory_order_relaxed);
   if (heap->purge_pending_bytes > 0)
-    segment_purge_schedule(heap, os_now_ms(), option(SHOAL_OPTION_PURGE_DELAY));
+    segment_purge_schedule(heap, heap->page_freed_ms, option(SHOAL_OPTION_PURGE_DELAY));
 }
 
 /* Past the purge limit in a burst of frees: the kernel may take the memory
@@ -270,5 +270,6 @@ void segment_page_free(shoal_heap_t *heap, shoal_page_t *page) {
   }
   if (heap->purge_pending_bytes > (size_t)option(SHOAL_OPTION_PURGE_LIMIT))
     segment_purge_heap_lazy(heap);
-  segment_purge_schedule(heap, os_now_ms(), delay);
+  heap->page_freed_ms = os_now_ms();
+  segment_purge_schedule(heap, heap->page_freed_ms, delay);
 }
