@@ -5,8 +5,8 @@
  * requested alignment. Growth uses mremap, which moves page tables instead
  * of bytes. Freed blocks wait in a cache (huge_free says how much it keeps) so
  * a program that frees and re-allocates big buffers does not fault them in
- * again each time; what waits longer than the purge delay is unmapped at the
- * next huge operation or collect.
+ * again each time; what has waited a second or more is unmapped at a
+ * thread's next due purge, or at a collect.
  *
  * Blocks from malloc and realloc ask for transparent huge pages
  * (SHOAL_HUGE_PAGES): a program writing big buffers then takes one fault per
