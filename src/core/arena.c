@@ -118,14 +118,9 @@ static void segment_purge_all(shoal_segment_t *segment) {
   segment->lazy_slices = 0;
 }
 
-/* As segment_purge_schedule: each release pushes the trim back a delay, up
- * to PURGE_BURST_DELAYS past the first. (arena) */
-static void arena_trim_schedule(int64_t now) {
-  long delay = option(SHOAL_OPTION_PURGE_DELAY) * ARENA_TRIM_DELAYS;
-  if (atomic_load_explicit(&arena_purge_at_ms, memory_order_relaxed) == 0)
-    arena.purge_latest_ms = now + PURGE_BURST_DELAYS * delay;
-  int64_t at = now + delay < arena.purge_latest_ms ? now + delay : arena.purge_latest_ms;
-  atomic_store_explicit(&arena_purge_at_ms, at, memory_order_relaxed);
+static void arena_trim_schedule(int64_t now) { /* (arena) */
+  purge_deadline_push(&arena_purge_at_ms, &arena.purge_latest_ms, now,
+                      option(SHOAL_OPTION_PURGE_DELAY) * ARENA_TRIM_DELAYS);
 }
 
 /* An empty segment: kept as it is, so that a program that frees a lot and

@@ -170,10 +170,14 @@ static void heap_serve_all_idle(void);
  * 12, and purging on the clock, largemix t=8 and mstress t=8 faulted in 2-4
  * times the memory of the best allocator. A dead thread's heap waits
  * PURGE_DEAD_DELAYS for an adopter. */
+static int64_t heap_dead_purge_at(const shoal_heap_t *heap) {
+  return heap->abandoned_ms + PURGE_DEAD_DELAYS * option(SHOAL_OPTION_PURGE_DELAY);
+}
+
 static void heap_purge_due(shoal_heap_t *heap, int64_t now) {
   long delay = option(SHOAL_OPTION_PURGE_DELAY);
   if (heap != thread_heap) { /* a dead thread's, serviced: warm for an adopter a while */
-    int64_t due = heap->abandoned_ms + PURGE_DEAD_DELAYS * delay;
+    int64_t due = heap_dead_purge_at(heap);
     if (now < due)
       atomic_store_explicit(&heap->purge_at_ms, due, memory_order_relaxed);
     else
@@ -856,7 +860,7 @@ void heap_abandon(shoal_heap_t *heap) {
   heap->abandoned_ms = os_now_ms();
   int64_t purge_at = atomic_load_explicit(&heap->purge_at_ms, memory_order_relaxed);
   if (purge_at != 0) {
-    purge_at = heap->abandoned_ms + PURGE_DEAD_DELAYS * option(SHOAL_OPTION_PURGE_DELAY);
+    purge_at = heap_dead_purge_at(heap);
     atomic_store_explicit(&heap->purge_at_ms, purge_at, memory_order_relaxed);
     others_purge_note(purge_at);
   }

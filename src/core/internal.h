@@ -77,10 +77,10 @@ typedef const void *caller_t;
 #define REMOTE_CACHE_CLASSES   32          /* the classes up to DIRECT_MAX */
 #define REMOTE_CACHE_BYTES     (32 * 1024) /* per class, of other threads' blocks kept */
 #define OUTBOX_SLOTS           64          /* pages other threads own, gathered at once */
+#define OUTBOX_BYTES           (4 * 1024)  /* a page's gathered blocks go home at this */
 #define PURGE_BURST_DELAYS     10 /* a burst of frees defers a purge this many delays at most */
 #define PURGE_DEAD_DELAYS      10 /* a dead thread's heap stays warm this long for an adopter */
 #define ARENA_TRIM_DELAYS      10 /* empty segments wait this long for any thread to take them */
-#define OUTBOX_BYTES           (4 * 1024) /* a page's gathered blocks go home at this */
 #define ADDRESS_BITS           47
 #define SEGMENT_MAP_ENTRIES    ((size_t)1 << (ADDRESS_BITS - SEGMENT_SHIFT))
 
@@ -410,6 +410,19 @@ shoal_page_t *segment_page_alloc(struct shoal_heap_s *heap, size_t slices);
 void segment_page_free(struct shoal_heap_s *heap, shoal_page_t *page);
 bool segment_page_grow(struct shoal_heap_s *heap, shoal_page_t *page, size_t slices);
 void segment_map_set(shoal_segment_t *segment, size_t size, uint8_t head);
+/* A purge (or trim) made due `delay` from now, pushing back the one already
+ * due at *at, though never past PURGE_BURST_DELAYS delays after the first:
+ * a program freeing in a burst often allocates it all again when the burst
+ * ends, but one that never stops freeing and allocating would otherwise
+ * never give back what stays free (largemix t=1 held 80 MiB above its live
+ * bytes, never purged). *latest is the caller's, set when *at was 0. */
+static inline void purge_deadline_push(_Atomic(int64_t) *at, int64_t *latest, int64_t now,
+                                       long delay) {
+  if (atomic_load_explicit(at, memory_order_relaxed) == 0)
+    *latest = now + PURGE_BURST_DELAYS * delay;
+  atomic_store_explicit(at, now + delay < *latest ? now + delay : *latest, memory_order_relaxed);
+}
+
 void segment_purge_heap(struct shoal_heap_s *heap);
 void segment_purge_heap_aged(struct shoal_heap_s *heap);
 void segment_purge_restart(struct shoal_heap_s *heap);

@@ -166,41 +166,18 @@ void segment_move(shoal_heap_t *from, shoal_heap_t *to, shoal_segment_t *segment
   atomic_store_explicit(&segment->heap, to, memory_order_relaxed);
 }
 
-/* Frees push the purge back a delay at a time, for a program freeing in a
- * burst often allocates it all again when the burst ends; but no further
- * than PURGE_BURST_DELAYS past the first, or a program that never stops
- * freeing and allocating would never give back the memory that stays free
- * (largemix t=1 held 80 MiB above its live bytes, never purged). */
 static void segment_purge_schedule(shoal_heap_t *heap, int64_t now, long delay) {
-  int64_t at = atomic_load_explicit(&heap->purge_at_ms, memory_order_relaxed);
-  if (at == 0) heap->purge_latest_ms = now + PURGE_BURST_DELAYS * delay;
-  at = now + delay < heap->purge_latest_ms ? now + delay : heap->purge_latest_ms;
-  atomic_store_explicit(&heap->purge_at_ms, at, memory_order_relaxed);
+  purge_deadline_push(&heap->purge_at_ms, &heap->purge_latest_ms, now, delay);
 }
 
-/* A collect or a thread exit: give every free slice back for good. */
-void segment_purge_heap(shoal_heap_t *heap) {
-  for (shoal_segment_t *segment = heap->segments; segment != NULL; segment = segment->next) {
-    segment_purge(segment, false, 0);
-    segment->recent_slices = 0;
-  }
-  heap->purge_pending_bytes = 0;
-  atomic_store_explicit(&heap->purge_at_ms, 0, memory_order_relaxed);
-  huge_cache_trim(false);
-  arena_cache_trim(false);
-}
-
-/* The purge delay is over but the owner kept running: purge the slices that
- * have stayed free since the last purge, and spare those freed since, until
- * the next. Purging them all, 8 threads on 2 cores came back from each wait
- * for a core to purge what they had freed in their last time slice, and
- * fault it in again (largemix t=8: 3x the time of the best allocator, 4.5x
- * its page faults). */
-void segment_purge_heap_aged(shoal_heap_t *heap) {
+/* Purge the heap's free slices, all of them or (aged) those not freed since
+ * the last purge; the spared ones get a purge of their own. */
+static void purge_heap(shoal_heap_t *heap, bool aged) {
   size_t pending = 0;
   bool spared = false;
   for (shoal_segment_t *segment = heap->segments; segment != NULL; segment = segment->next) {
-    uint64_t recent = segment->recent_slices & segment->free_slices & segment->dirty_slices;
+    uint64_t recent =
+        aged ? segment->recent_slices & segment->free_slices & segment->dirty_slices : 0;
     segment_purge(segment, false, recent);
     segment->recent_slices = 0;
     spared |= recent != 0;
@@ -211,6 +188,21 @@ void segment_purge_heap_aged(shoal_heap_t *heap) {
   if (spared) segment_purge_schedule(heap, os_now_ms(), option(SHOAL_OPTION_PURGE_DELAY));
   huge_cache_trim(false);
   arena_cache_trim(false);
+}
+
+/* A collect or a thread exit: give every free slice back for good. */
+void segment_purge_heap(shoal_heap_t *heap) {
+  purge_heap(heap, false);
+}
+
+/* The purge delay is over but the owner kept running: purge the slices that
+ * have stayed free since the last purge, and spare those freed since, until
+ * the next. Purging them all, 8 threads on 2 cores came back from each wait
+ * for a core to purge what they had freed in their last time slice, and
+ * fault it in again (largemix t=8: 3x the time of the best allocator, 4.5x
+ * its page faults). */
+void segment_purge_heap_aged(shoal_heap_t *heap) {
+  purge_heap(heap, true);
 }
 
 /* A new thread has adopted the heap: what the dead one left free counts as
@@ -235,7 +227,7 @@ void segment_purge_heap_lazy(shoal_heap_t *heap) {
 
 /* Give the page's slices back to its segment; an empty segment goes back to
  * the arena. The slices stay resident until a purge is due
- * (segment_purge_schedule) and they have stayed free since the one before
+ * (purge_deadline_push) and they have stayed free since the one before
  * (segment_purge_heap_aged). Past the purge limit in a burst they are
  * purged lazily at once. */
 void segment_page_free(shoal_heap_t *heap, shoal_page_t *page) {
