@@ -156,9 +156,9 @@ static void free_remote(shoal_heap_t *heap, shoal_page_t *page, shoal_block_t *b
   if (unlikely(to_serve != NULL)) heap_serve(to_serve);
 }
 
-/* A block of another heap (kept for this thread's own mallocs, or gathered
- * to go home a chain at a time), of a huge segment, or no block at all.
- * Reads only the page's shared line. */
+/* A block of another heap that the fast path did not keep in its remote
+ * cache (alloc.h): gathered to go home a chain at a time; or of a huge
+ * segment, or no block at all. Reads only the page's shared line. */
 void free_not_local(shoal_page_t *page, void *p, size_t size_hint, caller_t caller) {
   shoal_block_t *block = p;
   if (unlikely(page->shared_class >= CLASS_HUGE || size_hint > page->shared_block_size ||
@@ -170,11 +170,9 @@ void free_not_local(shoal_page_t *page, void *p, size_t size_hint, caller_t call
     return;
   }
   shoal_heap_t *heap = thread_heap;
-  if (unlikely(heap == &heap_empty)) heap = heap_of_freeing_thread();
-  block->key = free_key;
-  if (heap != &heap_empty && heap_remote_cache_push(heap, page->shared_class, block)) {
-    count_free(heap, page->shared_class, page->shared_block_size, true);
-    return;
+  if (unlikely(heap == &heap_empty)) {
+    heap = heap_of_freeing_thread(); /* an adopted heap may allocate the class */
+    if (heap != &heap_empty && remote_cache_push(heap, page, p, size_hint)) return;
   }
   free_remote(heap, page, block);
 }

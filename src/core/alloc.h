@@ -75,6 +75,35 @@ fast_path void *alloc_medium_pop(shoal_heap_t *heap, size_t size) {
   return NULL;
 }
 
+/* Another heap's block, kept to serve this thread's own next mallocs of its
+ * class (heap.c, heap_find_page): a push on a pseudo page that the malloc
+ * fast path pops like any other, no atomic, counted when the cache is
+ * folded. Only a thread that allocates the class itself keeps such blocks
+ * (one that only frees would strand them; one whose first malloc of the
+ * class they served would write into the other thread's cache lines), at
+ * most REMOTE_CACHE_BYTES a class. Reads only the page's shared line, with
+ * the same checks as the local path: false sends the block on to the slow
+ * exits, which also report every error. A thread without a heap, or whose
+ * heap is parked while a diagnostic interposes, has no queued page. */
+fast_path bool remote_cache_push(shoal_heap_t *heap, shoal_page_t *page, void *p,
+                                 size_t size_hint) {
+  uint8_t size_class = page->shared_class;
+  if (size_class >= REMOTE_CACHE_CLASSES || heap->queues[size_class].first == NULL) return false;
+  shoal_page_t *cache = &heap->remote_cache[size_class];
+  shoal_block_t *block = p;
+  uintptr_t key = heap->free_key;
+  uint32_t block_size = page->shared_block_size;
+  uint64_t limit = atomic_load_explicit(&page->shared_limit, memory_order_relaxed);
+  if (!is_carved_block(page->shared_start, page->shared_divisor, limit, p) || block->key == key ||
+      size_hint > block_size || (cache->capacity - cache->used) * block_size >= REMOTE_CACHE_BYTES)
+    return false;
+  block->next = cache->free;
+  block->key = key;
+  cache->free = block;
+  cache->capacity++;
+  return true;
+}
+
 /* size_hint: the size the caller says it allocated (sized delete), or 0.
  * Ownership is read from the segment header, which stays in cache; a
  * remote free never touches the owner's line of the page. */
@@ -84,8 +113,10 @@ fast_path void free_fast_then(void *p, size_t size_hint, caller_t caller,
   shoal_segment_t *segment = segment_of(p);
   shoal_page_t *page = segment_page_of(segment, p);
   shoal_heap_t *heap = thread_heap;
-  if (unlikely(atomic_load_explicit(&segment->heap, memory_order_relaxed) != heap))
+  if (unlikely(atomic_load_explicit(&segment->heap, memory_order_relaxed) != heap)) {
+    if (likely(remote_cache_push(heap, page, p, size_hint))) return;
     return not_local(page, p, size_hint, caller);
+  }
   shoal_block_t *block = p;
   uintptr_t key = heap->free_key; /* once: the stores below could alias it */
   /* A parked or unused page has no free_limit: the block test sends it on. */

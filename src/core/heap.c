@@ -592,6 +592,26 @@ static shoal_page_t *heap_find_queued_page(shoal_heap_t *heap, uint8_t size_clas
   return heap_fresh_page(heap, size_class);
 }
 
+/* A remote cache's counts into the heap's: its pops as any page's, its
+ * pushes (capacity; reserved: those counted already) as frees of other
+ * threads' blocks, which free counts nowhere else. */
+static void remote_cache_fold(shoal_heap_t *heap, shoal_page_t *cache) {
+  page_fold_counters(heap, cache);
+#if SHOAL_STATISTICS
+  size_t pushes = cache->capacity - cache->reserved;
+  counter_add(&heap->counters.freed[cache->size_class], pushes);
+  counter_add(&heap->counters.remote_frees, pushes);
+  cache->reserved = cache->capacity;
+#endif
+}
+
+/* An empty remote cache starts its counts again. */
+static void remote_cache_reset(shoal_heap_t *heap, shoal_page_t *cache) {
+  remote_cache_fold(heap, cache);
+  cache->free = NULL;
+  cache->capacity = cache->reserved = cache->used = cache->used_at_fold = 0;
+}
+
 /* Other threads' blocks this thread freed come first: they are in its cache
  * already, and using them sends nothing back across threads. */
 static shoal_page_t *heap_find_page(shoal_heap_t *heap, uint8_t size_class) {
@@ -602,28 +622,11 @@ static shoal_page_t *heap_find_page(shoal_heap_t *heap, uint8_t size_class) {
       heap_direct_set(heap, size_class, cache);
       return cache;
     }
-    page_fold_counters(heap, cache);
-    cache->reserved = cache->used = cache->used_at_fold = 0;
+    remote_cache_reset(heap, cache);
   }
   shoal_page_t *page = heap_find_queued_page(heap, size_class);
   if (size_class < REMOTE_CACHE_CLASSES) heap_direct_update(heap, size_class);
   return page;
-}
-
-/* Only a thread that allocates the class itself (it has a page of it)
- * keeps another thread's block: one that only frees (a consumer) would
- * strand it, and one whose first malloc of the class it would serve would
- * write beside the other thread's blocks in their cache lines (Hoard's
- * cache-scratch ran 2.6 times slower so). */
-bool heap_remote_cache_push(shoal_heap_t *heap, uint8_t size_class, shoal_block_t *block) {
-  if (size_class >= REMOTE_CACHE_CLASSES || heap->queues[size_class].first == NULL) return false;
-  shoal_page_t *cache = &heap->remote_cache[size_class];
-  if ((cache->reserved - cache->used) * class_block_size[size_class] >= REMOTE_CACHE_BYTES)
-    return false;
-  block->next = cache->free;
-  cache->free = block;
-  cache->reserved++;
-  return true;
 }
 
 /* ---- the outbox ---- */
@@ -666,9 +669,7 @@ void heap_remote_cache_flush(shoal_heap_t *heap) {
   for (uint8_t size_class = 0; size_class < REMOTE_CACHE_CLASSES; size_class++) {
     shoal_page_t *cache = &heap->remote_cache[size_class];
     shoal_block_t *block = cache->free;
-    cache->free = NULL;
-    page_fold_counters(heap, cache);
-    cache->reserved = cache->used = cache->used_at_fold = 0;
+    remote_cache_reset(heap, cache);
     heap_direct_update(heap, size_class);
     while (block != NULL) {
       shoal_block_t *next = block->next;
@@ -824,7 +825,7 @@ void heap_fold_counters(shoal_heap_t *heap) {
   for (shoal_page_t *page = heap->reparked.first; page != NULL; page = page->next)
     page_fold_counters(heap, page);
   for (int size_class = 0; size_class < REMOTE_CACHE_CLASSES; size_class++)
-    page_fold_counters(heap, &heap->remote_cache[size_class]);
+    remote_cache_fold(heap, &heap->remote_cache[size_class]);
   heap_slow_exit(heap);
 }
 

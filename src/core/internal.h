@@ -296,7 +296,8 @@ typedef struct shoal_heap_s {
   _Atomic(size_t) pages_taken, pages_given;
   /* (owner) Other threads' blocks this thread freed, kept to serve its own
    * next allocations of the class, as a pseudo page the fast path pops like
-   * any other (reserved counts pushes, used pops). */
+   * any other (alloc.h, remote_cache_push): capacity counts pushes and used
+   * pops since it was last empty, reserved the pushes counted as frees. */
   shoal_page_t remote_cache[REMOTE_CACHE_CLASSES];
   /* (owner) Other threads' blocks this thread freed beyond the cache,
    * gathered by page (a slot per page, by hash) and sent home a chain at a
@@ -496,7 +497,6 @@ void heap_queue_push(shoal_heap_t *heap, shoal_page_t *page);
 void heap_queue_push_back(shoal_heap_t *heap, shoal_page_t *page);
 void heap_page_retire(shoal_heap_t *heap, shoal_page_t *page);
 void heap_drain_notified(shoal_heap_t *heap);
-bool heap_remote_cache_push(shoal_heap_t *heap, uint8_t size_class, shoal_block_t *block);
 /* Another heap's block, freed by this heap's thread: into the outbox, sent
  * home with others of its page; heap_outbox_flush sends them all now. */
 void heap_outbox_push(shoal_heap_t *heap, shoal_page_t *page, shoal_block_t *block);
