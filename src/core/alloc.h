@@ -66,11 +66,17 @@ fast_path void *alloc_fast(size_t size, caller_t caller) {
 
 /* The first thing a malloc slow exit tries, for sizes above DIRECT_MAX: the
  * class by bit arithmetic, then the same pop from the first page of its
- * queue. NULL: the slow path's turn. */
+ * queue, or the page's next never-used block when no block was freed into
+ * it (page_bump). NULL: the slow path's turn. */
 fast_path void *alloc_medium_pop(shoal_heap_t *heap, size_t size) {
   if (likely(size > DIRECT_MAX && size <= MEDIUM_MAX)) {
     shoal_page_t *page = heap->queues[size_class_of_large(size)].first;
-    if (likely(page != NULL && page->free != NULL)) return page_pop(heap, page);
+    if (likely(page != NULL)) {
+      if (likely(page->free != NULL)) return page_pop(heap, page);
+      if (page->capacity < page->reserved &&
+          atomic_load_explicit(&page->xthread_free, memory_order_relaxed) == 0)
+        return page_bump(heap, page);
+    }
   }
   return NULL;
 }
