@@ -93,6 +93,9 @@ SHOAL_API void shoal_collect(bool force);
   X(remote_frees, COUNT, "frees of blocks another thread owns, cumulative (counted)")              \
   X(purges, COUNT, "ranges given back to the OS, cumulative")                                      \
   X(purged_bytes, BYTES, "bytes given back to the OS, cumulative")                                 \
+  X(purge_delay_ms, COUNT,                                                                         \
+    "purge delay in force: SHOAL_PURGE_DELAY, longer while purged memory "                         \
+    "is soon wanted again")                                                                        \
   X(slow_paths, COUNT, "mallocs that found no block at hand, or large ones, cumulative (counted)") \
   X(allocated_blocks, COUNT, "blocks handed out, cumulative (counted)")                            \
   X(freed_blocks, COUNT, "blocks freed, cumulative (counted)")                                     \

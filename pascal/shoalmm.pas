@@ -73,6 +73,7 @@ type
     RemoteFrees: PtrUInt;           { frees of blocks owned by another thread }
     Purges: PtrUInt;                { ranges given back to the OS }
     PurgedBytes: PtrUInt;
+    PurgeDelayMs: PtrUInt;          { purge delay in force (ms): soPurgeDelay, or longer }
     SlowPaths: PtrUInt;             { mallocs that found no block at hand, or large ones }
     AllocatedBlocks: PtrUInt;       { blocks handed out, cumulative }
     FreedBlocks: PtrUInt;           { blocks freed, cumulative }

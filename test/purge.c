@@ -118,10 +118,13 @@ static void *worker_run(void *argument) {
 
 /* Free slices go two purge delays after the last page freed; empty
  * segments wait ten in the arena, and a dead thread's heap ten for an
- * adopter (README, "Memory goes back", "Threads come and go"). */
+ * adopter (README, "Memory goes back", "Threads come and go"). The delay
+ * in force: the option's, longer after an earlier variant's memory, purged,
+ * was taken again (purge pacing). */
 static long purge_wait_ms(void) {
-  long delay = shoal_option_get(SHOAL_OPTION_PURGE_DELAY);
-  CHECK(delay >= 0);
+  long option_delay = shoal_option_get(SHOAL_OPTION_PURGE_DELAY);
+  long delay = (long)shoal_stats().purge_delay_ms;
+  CHECK(option_delay >= 0 && delay >= option_delay && delay <= 64 * option_delay);
   return 10 * delay + 10;
 }
 

@@ -105,10 +105,66 @@ static void segment_unmap(shoal_segment_t *segment) {
   os_unmap(segment, SEGMENT_SIZE);
 }
 
+/* ---- purge pacing ----
+ * A program that frees much and allocates it again at intervals longer than
+ * the purge delay (the seeds' loader: every record freed, then loaded
+ * again) pays for each purge with a fault per page when it refills, and
+ * each refault makes its memory manager slower than one that never gives
+ * memory back. So when slices purged for good are taken again within
+ * REFAULT_WINDOW_DELAYS of their purge, the delay in force doubles until it
+ * is twice as long as they had been free (the delay, and the time since the
+ * purge), up to PURGE_PACE_MAX_SHIFT doublings (640 ms at the default 10),
+ * at most once a delay (a refill takes many slices at once: one refault);
+ * and it halves at a purge that comes QUIET_DELAYS with no refault. One
+ * pace for the process:
+ * a refault of any heap's memory, or of a segment the arena trimmed, is the
+ * program's phase, not one thread's. */
+#define PURGE_PACE_MAX_SHIFT  6
+#define REFAULT_WINDOW_DELAYS 4
+#define QUIET_DELAYS          16
+static _Atomic(unsigned) purge_pace_shift;
+static _Atomic(int64_t) last_refault_ms;
+static _Atomic(int64_t) last_raise_ms;
+
+long purge_delay(void) {
+  return option(SHOAL_OPTION_PURGE_DELAY)
+         << atomic_load_explicit(&purge_pace_shift, memory_order_relaxed);
+}
+
+void purge_note_refault(int64_t purged_ms) {
+  int64_t now = os_now_ms();
+  if (now - purged_ms >= REFAULT_WINDOW_DELAYS * purge_delay()) return;
+  atomic_store_explicit(&last_refault_ms, now, memory_order_relaxed);
+  int64_t raised = atomic_load_explicit(&last_raise_ms, memory_order_relaxed);
+  unsigned shift = atomic_load_explicit(&purge_pace_shift, memory_order_relaxed);
+  long delay = purge_delay();
+  if (shift >= PURGE_PACE_MAX_SHIFT || now - raised < delay) return;
+  int64_t wanted = 2 * (delay + (now - purged_ms));
+  do shift++;
+  while (shift < PURGE_PACE_MAX_SHIFT && (option(SHOAL_OPTION_PURGE_DELAY) << shift) < wanted);
+  /* Racing threads: one of them raises it. */
+  if (atomic_compare_exchange_strong_explicit(&last_raise_ms, &raised, now, memory_order_relaxed,
+                                              memory_order_relaxed))
+    atomic_store_explicit(&purge_pace_shift, shift, memory_order_relaxed);
+}
+
+void purge_note_purge(int64_t now) {
+  unsigned shift = atomic_load_explicit(&purge_pace_shift, memory_order_relaxed);
+  if (shift == 0 || now - atomic_load_explicit(&last_refault_ms, memory_order_relaxed) <
+                        QUIET_DELAYS * purge_delay())
+    return;
+  atomic_compare_exchange_strong_explicit(&purge_pace_shift, &shift, shift - 1,
+                                          memory_order_relaxed, memory_order_relaxed);
+  atomic_store_explicit(&last_refault_ms, now,
+                        memory_order_relaxed); /* the next halving: as long again */
+}
+
 /* Purge a whole empty segment for good. */
 static void segment_purge_all(shoal_segment_t *segment) {
   uint64_t dirty = segment->dirty_slices & ~SLICE_HEADER_BITS;
   if (dirty == 0) return;
+  segment->purged_slices |= dirty;
+  segment->purged_ms = os_now_ms();
   size_t first = (size_t)__builtin_ctzll(dirty);
   size_t last = 63 - (size_t)__builtin_clzll(dirty);
   uint8_t *start = (uint8_t *)segment + first * SLICE_SIZE;
@@ -120,7 +176,7 @@ static void segment_purge_all(shoal_segment_t *segment) {
 
 static void arena_trim_schedule(int64_t now) { /* (arena) */
   purge_deadline_push(&arena_purge_at_ms, &arena.purge_latest_ms, now,
-                      option(SHOAL_OPTION_PURGE_DELAY) * ARENA_TRIM_DELAYS);
+                      purge_delay() * ARENA_TRIM_DELAYS);
 }
 
 /* An empty segment: kept as it is, so that a program that frees a lot and
@@ -162,7 +218,7 @@ void arena_cache_trim(bool force) {
   size_t unmapped_count = 0;
   lock_acquire(&arena_lock);
   atomic_store_explicit(&arena_purge_at_ms, 0, memory_order_relaxed);
-  bool quiet = force || now - arena.released_ms >= 2 * option(SHOAL_OPTION_PURGE_DELAY);
+  bool quiet = force || now - arena.released_ms >= 2 * purge_delay();
   size_t old = quiet ? arena.cached_count : arena.cached_old;
   size_t keep = force ? 0 : (old < ARENA_CACHED_CLEAN ? old : ARENA_CACHED_CLEAN);
   for (size_t i = keep; i < old; i++) unmapped[unmapped_count++] = arena.cached[i];
@@ -170,6 +226,7 @@ void arena_cache_trim(bool force) {
           (arena.cached_count - old) * sizeof arena.cached[0]);
   arena.cached_count -= old - keep;
   for (size_t i = 0; i < keep; i++) segment_purge_all(arena.cached[i]);
+  if (old > 0) purge_note_purge(now);
   if (arena.cached_count > keep) arena_trim_schedule(now); /* the spared ones, next time */
   arena.cached_old = arena.cached_count;
   lock_release(&arena_lock);

@@ -171,11 +171,11 @@ static void heap_serve_all_idle(void);
  * times the memory of the best allocator. A dead thread's heap waits
  * PURGE_DEAD_DELAYS for an adopter. */
 static int64_t heap_dead_purge_at(const shoal_heap_t *heap) {
-  return heap->abandoned_ms + PURGE_DEAD_DELAYS * option(SHOAL_OPTION_PURGE_DELAY);
+  return heap->abandoned_ms + PURGE_DEAD_DELAYS * purge_delay();
 }
 
 static void heap_purge_due(shoal_heap_t *heap, int64_t now) {
-  long delay = option(SHOAL_OPTION_PURGE_DELAY);
+  long delay = purge_delay();
   if (heap != thread_heap) { /* a dead thread's, serviced: warm for an adopter a while */
     int64_t due = heap_dead_purge_at(heap);
     if (now < due)

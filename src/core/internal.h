@@ -222,6 +222,9 @@ typedef struct shoal_segment_s {
   uint64_t recent_slices; /* (owner) freed since the heap's last aged purge: spared by it */
   uint64_t lazy_slices;   /* (owner) free slices purged lazily (MADV_FREE): reusable at no
                              cost until the kernel wants the memory; still dirty */
+  uint64_t purged_slices; /* (owner) purged for good (by its heap or the arena's trim) and not
+                             taken since: taking one soon after is a refault (purge_pace) */
+  int64_t purged_ms;      /* (owner) when the last of them was purged */
   size_t size;            /* bytes mapped (SEGMENT_SIZE, or a huge block's mapping) */
   size_t huge_advised;    /* a huge block's: bytes asked for transparent huge pages */
   segment_kind_t kind;
@@ -551,6 +554,15 @@ void arena_register_for_fork(void);
 void arena_fork_child(shoal_heap_t *survivor);
 void arena_cache_trim(bool force);
 size_t arena_heap_count(size_t *abandoned);
+/* The purge delay in force: SHOAL_PURGE_DELAY, lengthened while memory
+ * given back is soon wanted again (arena.c says how). Every purge and trim
+ * schedules by it. */
+long purge_delay(void);
+/* Slices purged for good at `purged_ms` are taken again now: a refault. */
+void purge_note_refault(int64_t purged_ms);
+/* A purge for good happens now: delays that passed with no refault
+ * shorten the delay again. */
+void purge_note_purge(int64_t now);
 
 /* ---- init.c: the core's start-up, and its calls up ----
  * process_init (from the layer that takes the first call) reads the
@@ -644,8 +656,7 @@ static inline void *page_pop(shoal_heap_t *heap, shoal_page_t *page) {
  * so the block needs no key until now. */
 static inline void *page_bump(shoal_heap_t *heap, shoal_page_t *page) {
   (void)heap;
-  shoal_block_t *block =
-      (shoal_block_t *)(page->start + (size_t)page->capacity * page->block_size);
+  shoal_block_t *block = (shoal_block_t *)(page->start + (size_t)page->capacity * page->block_size);
   page->capacity++;
   page_publish_extent(page);
   page->used++;

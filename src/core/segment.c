@@ -57,6 +57,14 @@ static size_t pending_bytes(const shoal_segment_t *segment, uint64_t mask) {
          SLICE_SIZE;
 }
 
+/* Slices about to serve again: any of them purged for good is a refault. */
+static void segment_take_purged(shoal_segment_t *segment, uint64_t mask) {
+  if (unlikely((segment->purged_slices & mask) != 0)) {
+    purge_note_refault(segment->purged_ms);
+    segment->purged_slices &= ~mask;
+  }
+}
+
 /* A page of `slices` contiguous slices from one of the heap's segments,
  * taking a fresh segment from the arena when none has room. The descriptor
  * comes back with slice_count, is_zero and start set; page_init does the rest. */
@@ -87,6 +95,7 @@ shoal_page_t *segment_page_alloc(shoal_heap_t *heap, size_t slices) {
   }
   size_t first = (size_t)__builtin_ctzll(runs);
   uint64_t mask = slice_mask(first, slices);
+  segment_take_purged(segment, mask);
   heap->purge_pending_bytes -= pending_bytes(segment, mask);
   bool is_zero = (segment->dirty_slices & mask) == 0;
   os_commit_note((ptrdiff_t)(bit_count(mask & ~segment->dirty_slices) * SLICE_SIZE));
@@ -116,6 +125,7 @@ bool segment_page_grow(shoal_heap_t *heap, shoal_page_t *page, size_t slices) {
   if (first + slices > SLICES_PER_SEGMENT) return false;
   uint64_t mask = slice_mask(first + have, slices - have);
   if ((segment->free_slices & mask) != mask) return false;
+  segment_take_purged(segment, mask);
   heap->purge_pending_bytes -= pending_bytes(segment, mask);
   os_commit_note((ptrdiff_t)(bit_count(mask & ~segment->dirty_slices) * SLICE_SIZE));
   segment->free_slices &= ~mask;
@@ -145,6 +155,8 @@ static void segment_purge(shoal_segment_t *segment, bool lazy, uint64_t spare) {
     } else {
       os_purge(start, count * SLICE_SIZE);
       os_commit_note(-(ptrdiff_t)(count * SLICE_SIZE));
+      segment->purged_slices |= mask;
+      segment->purged_ms = os_now_ms();
       segment->dirty_slices &= ~mask;
       segment->lazy_slices &= ~mask;
     }
@@ -185,7 +197,9 @@ static void purge_heap(shoal_heap_t *heap, bool aged) {
   }
   heap->purge_pending_bytes = pending;
   atomic_store_explicit(&heap->purge_at_ms, 0, memory_order_relaxed);
-  if (spared) segment_purge_schedule(heap, os_now_ms(), option(SHOAL_OPTION_PURGE_DELAY));
+  int64_t now = os_now_ms();
+  purge_note_purge(now);
+  if (spared) segment_purge_schedule(heap, now, purge_delay());
   huge_cache_trim(false);
   arena_cache_trim(false);
 }
@@ -213,7 +227,7 @@ void segment_purge_restart(shoal_heap_t *heap) {
   heap->page_freed_ms = os_now_ms();
   atomic_store_explicit(&heap->purge_at_ms, 0, memory_order_relaxed);
   if (heap->purge_pending_bytes > 0)
-    segment_purge_schedule(heap, heap->page_freed_ms, option(SHOAL_OPTION_PURGE_DELAY));
+    segment_purge_schedule(heap, heap->page_freed_ms, purge_delay());
 }
 
 /* Past the purge limit in a burst of frees: the kernel may take the memory
@@ -255,7 +269,7 @@ void segment_page_free(shoal_heap_t *heap, shoal_page_t *page) {
   }
   if (was_full) heap_segment_link(heap, segment);
   heap->purge_pending_bytes += pending_bytes(segment, mask);
-  long delay = option(SHOAL_OPTION_PURGE_DELAY);
+  long delay = purge_delay();
   if (delay == 0) {
     segment_purge_heap(heap);
     return;

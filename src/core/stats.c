@@ -123,6 +123,7 @@ void stats_fill(shoal_stats_t *stats) {
   stats->heaps = arena_heap_count(&stats->heaps_abandoned);
   stats->purges = os_purge_count();
   stats->purged_bytes = os_purged_bytes();
+  stats->purge_delay_ms = (size_t)purge_delay();
 }
 
 void stats_collect(bool force) {
