@@ -264,6 +264,14 @@ static int case_free_segment_header(void) {
 static int case_free_segment_header_remote(void) {
   return free_segment_header(true, 4096);
 }
+/* Inside a slice of the same segment that no page has used: a segment
+ * fresh from the OS leaves its descriptor zero. */
+static int case_free_unused_slice(void) {
+  return free_segment_header(false, 62 * 64 * 1024 + 4096);
+}
+static int case_free_unused_slice_remote(void) {
+  return free_segment_header(true, 62 * 64 * 1024 + 4096);
+}
 
 /* The tail of a huge block, past its first 4 MiB. */
 static int free_huge_tail(bool remote) {
@@ -321,6 +329,8 @@ static const misuse_case_t cases[] = {
     {"free-segment-start", case_free_segment_start},
     {"free-segment-header", case_free_segment_header},
     {"free-segment-header-remote", case_free_segment_header_remote},
+    {"free-unused-slice", case_free_unused_slice},
+    {"free-unused-slice-remote", case_free_unused_slice_remote},
     {"free-huge-tail", case_free_huge_tail},
     {"free-huge-tail-remote", case_free_huge_tail_remote},
     {"free-inside-remote", case_free_inside_remote},

@@ -93,6 +93,8 @@ free-never-handed-out-remote free         double free
 free-segment-start    free                not allocated by shoal
 free-segment-header   free                not allocated by shoal
 free-segment-header-remote free           not allocated by shoal
+free-unused-slice     free                not allocated by shoal
+free-unused-slice-remote free             not allocated by shoal
 free-huge-tail        free                inside a block
 free-huge-tail-remote free                inside a block
 free-inside-remote    free                inside a block

@@ -37,7 +37,7 @@ static shoal_block_t *block_lookup(const void *p, const char *function, shoal_pa
   shoal_page_t *page = segment_page_of(segment, p);
   *page_out = page;
   if (segment->kind == SEGMENT_HUGE) page = *page_out = &segment->pages[0];
-  if (page->size_class == CLASS_NONE) { /* a free slice (a large block freed), or the header */
+  if (page_is_unused(page)) { /* a free slice (a large block freed), or the header */
     bool at_slice = ((uintptr_t)p & (SLICE_SIZE - 1)) == 0 && segment->kind == SEGMENT_NORMAL &&
                     ((uintptr_t)p & SEGMENT_MASK) != 0;
     report_bad_pointer(function, p, at_slice ? "double free" : NOT_OURS);

@@ -64,16 +64,20 @@ shoal_segment_t *segment_find(const void *p) {
   }
 }
 
-static void segment_reset_header(shoal_segment_t *segment) {
+/* A segment's header for a new owner. One fresh from the OS is zero, and
+ * its page descriptors stay so (page_is_unused): 12 KiB a segment, a thread,
+ * that no one touches until its slices serve. */
+static void segment_reset_header(shoal_segment_t *segment, bool fresh) {
   atomic_store_explicit(&segment->heap, NULL, memory_order_relaxed);
   segment->next = segment->prev = NULL;
   segment->free_slices = SLICES_ALL & ~SLICE_HEADER_BITS;
   segment->lazy_slices = segment->recent_slices = 0;
   segment->size = SEGMENT_SIZE;
   segment->kind = SEGMENT_NORMAL;
+  for (size_t i = 0; i < SLICES_PER_SEGMENT; i++) segment_slice_set_page(segment, i, i);
+  if (fresh) return;
   memset(segment->pages, 0, sizeof segment->pages);
   for (size_t i = 0; i < SLICES_PER_SEGMENT; i++) {
-    segment_slice_set_page(segment, i, i);
     segment->pages[i].size_class = segment->pages[i].shared_class = CLASS_NONE;
     segment->pages[i].flags = PAGE_UNUSED;
   }
@@ -87,14 +91,15 @@ shoal_segment_t *arena_segment_acquire(void) {
     if (arena.cached_old > arena.cached_count) arena.cached_old = arena.cached_count;
   }
   lock_release(&arena_lock);
-  if (segment == NULL) {
+  bool fresh = segment == NULL;
+  if (fresh) {
     segment = os_map_aligned(SEGMENT_SIZE, SEGMENT_SIZE);
     if (segment == NULL) return NULL;
     segment->dirty_slices = SLICE_HEADER_BITS;
     os_commit_note((ptrdiff_t)SLICE_SIZE);
     segment_map_set(segment, SEGMENT_SIZE, 1);
   }
-  segment_reset_header(segment);
+  segment_reset_header(segment, fresh);
   atomic_fetch_add_explicit(&stat_segments, 1, memory_order_relaxed);
   return segment;
 }

@@ -595,19 +595,22 @@ static shoal_page_t *heap_find_queued_page(shoal_heap_t *heap, uint8_t size_clas
 /* A remote cache's counts into the heap's: its pops as any page's, its
  * pushes (capacity; reserved: those counted already) as frees of other
  * threads' blocks, which free counts nowhere else. */
-static void remote_cache_fold(shoal_heap_t *heap, shoal_page_t *cache) {
+static void remote_cache_fold(shoal_heap_t *heap, uint8_t size_class) {
+  shoal_page_t *cache = &heap->remote_cache[size_class];
+  cache->size_class = size_class; /* what the fold reads; unset until the cache is used */
   page_fold_counters(heap, cache);
 #if SHOAL_STATISTICS
   size_t pushes = cache->capacity - cache->reserved;
-  counter_add(&heap->counters.freed[cache->size_class], pushes);
+  counter_add(&heap->counters.freed[size_class], pushes);
   counter_add(&heap->counters.remote_frees, pushes);
   cache->reserved = cache->capacity;
 #endif
 }
 
 /* An empty remote cache starts its counts again. */
-static void remote_cache_reset(shoal_heap_t *heap, shoal_page_t *cache) {
-  remote_cache_fold(heap, cache);
+static void remote_cache_reset(shoal_heap_t *heap, uint8_t size_class) {
+  shoal_page_t *cache = &heap->remote_cache[size_class];
+  remote_cache_fold(heap, size_class);
   cache->free = NULL;
   cache->capacity = cache->reserved = cache->used = cache->used_at_fold = 0;
 }
@@ -622,7 +625,7 @@ static shoal_page_t *heap_find_page(shoal_heap_t *heap, uint8_t size_class) {
       heap_direct_set(heap, size_class, cache);
       return cache;
     }
-    remote_cache_reset(heap, cache);
+    remote_cache_reset(heap, size_class);
   }
   shoal_page_t *page = heap_find_queued_page(heap, size_class);
   if (size_class < REMOTE_CACHE_CLASSES) heap_direct_update(heap, size_class);
@@ -669,7 +672,7 @@ void heap_remote_cache_flush(shoal_heap_t *heap) {
   for (uint8_t size_class = 0; size_class < REMOTE_CACHE_CLASSES; size_class++) {
     shoal_page_t *cache = &heap->remote_cache[size_class];
     shoal_block_t *block = cache->free;
-    remote_cache_reset(heap, cache);
+    remote_cache_reset(heap, size_class);
     heap_direct_update(heap, size_class);
     while (block != NULL) {
       shoal_block_t *next = block->next;
@@ -790,12 +793,8 @@ static void heap_take_over(shoal_heap_t *heap) {
 static void heap_init_new(shoal_heap_t *heap) {
   heap->free_key = free_key;
   for (size_t i = 0; i < DIRECT_SLOTS; i++) heap->direct_page[i] = &page_empty;
-  for (uint8_t c = 0; c < REMOTE_CACHE_CLASSES; c++) { /* pseudo pages: never freed into */
-    shoal_page_t *cache = &heap->remote_cache[c];
-    cache->size_class = cache->shared_class = c;
-    cache->block_size = cache->shared_block_size = class_block_size[c];
-    cache->flags = PAGE_UNUSED;
-  }
+  /* The remote caches stay zero, untouched until used (remote_cache_fold
+   * names each one's class): a heap a thread, 6 KiB less resident. */
 }
 
 shoal_heap_t *heap_get_or_create(void) {
@@ -824,8 +823,8 @@ void heap_fold_counters(shoal_heap_t *heap) {
     page_fold_counters(heap, page);
   for (shoal_page_t *page = heap->reparked.first; page != NULL; page = page->next)
     page_fold_counters(heap, page);
-  for (int size_class = 0; size_class < REMOTE_CACHE_CLASSES; size_class++)
-    remote_cache_fold(heap, &heap->remote_cache[size_class]);
+  for (uint8_t size_class = 0; size_class < REMOTE_CACHE_CLASSES; size_class++)
+    remote_cache_fold(heap, size_class);
   heap_slow_exit(heap);
 }
 

@@ -300,7 +300,8 @@ typedef struct shoal_heap_s {
   /* (owner) Other threads' blocks this thread freed, kept to serve its own
    * next allocations of the class, as a pseudo page the fast path pops like
    * any other (alloc.h, remote_cache_push): capacity counts pushes and used
-   * pops since it was last empty, reserved the pushes counted as frees. */
+   * pops since it was last empty, reserved the pushes counted as frees.
+   * Only these and `free` are set: a cache is never found by a free. */
   shoal_page_t remote_cache[REMOTE_CACHE_CLASSES];
   /* (owner) Other threads' blocks this thread freed beyond the cache,
    * gathered by page (a slot per page, by hash) and sent home a chain at a
@@ -465,6 +466,12 @@ struct shoal_heap_s *page_notify(shoal_page_t *page, struct shoal_heap_s *heap);
 static inline bool page_is_block_start(const shoal_page_t *page, const void *p) {
   uint32_t offset = (uint32_t)((const uint8_t *)p - page->shared_start);
   return page->shared_block_size != 0 && offset % page->shared_block_size == 0;
+}
+/* A descriptor that holds no blocks: a free slice's, or the header's. A
+ * segment fresh from the OS leaves them zero (arena.c), which reads so too:
+ * class 0 with no block size is no page. */
+static inline bool page_is_unused(const shoal_page_t *page) {
+  return page->size_class == CLASS_NONE || (page->size_class == 0 && page->block_size == 0);
 }
 /* p is a block the page has handed out at some time (any thread). */
 static inline bool page_is_carved_block(const shoal_page_t *page, const void *p) {
