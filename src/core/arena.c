@@ -136,6 +136,11 @@ long purge_delay(void) {
          << atomic_load_explicit(&purge_pace_shift, memory_order_relaxed);
 }
 
+long purge_wait(long delays) {
+  long wait = delays * option(SHOAL_OPTION_PURGE_DELAY), delay = purge_delay();
+  return wait > delay ? wait : delay;
+}
+
 void purge_note_refault(int64_t purged_ms) {
   int64_t now = os_now_ms();
   if (now - purged_ms >= REFAULT_WINDOW_DELAYS * purge_delay()) return;
@@ -181,7 +186,7 @@ static void segment_purge_all(shoal_segment_t *segment) {
 
 static void arena_trim_schedule(int64_t now) { /* (arena) */
   purge_deadline_push(&arena_purge_at_ms, &arena.purge_latest_ms, now,
-                      purge_delay() * ARENA_TRIM_DELAYS);
+                      purge_wait(ARENA_TRIM_DELAYS));
 }
 
 /* An empty segment: kept as it is, so that a program that frees a lot and

@@ -171,7 +171,7 @@ static void heap_serve_all_idle(void);
  * times the memory of the best allocator. A dead thread's heap waits
  * PURGE_DEAD_DELAYS for an adopter. */
 static int64_t heap_dead_purge_at(const shoal_heap_t *heap) {
-  return heap->abandoned_ms + PURGE_DEAD_DELAYS * purge_delay();
+  return heap->abandoned_ms + purge_wait(PURGE_DEAD_DELAYS);
 }
 
 static void heap_purge_due(shoal_heap_t *heap, int64_t now) {

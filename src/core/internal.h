@@ -565,6 +565,11 @@ size_t arena_heap_count(size_t *abandoned);
  * given back is soon wanted again (arena.c says how). Every purge and trim
  * schedules by it. */
 long purge_delay(void);
+/* `delays` of SHOAL_PURGE_DELAY, or the delay in force if longer: the
+ * long waits (a dead heap warm for an adopter, empty segments in the
+ * arena) keep their length when pacing lengthens the delay, not ten times
+ * it (mstress t=64 held half as much again). */
+long purge_wait(long delays);
 /* Slices purged for good at `purged_ms` are taken again now: a refault. */
 void purge_note_refault(int64_t purged_ms);
 /* A purge for good happens now: delays that passed with no refault
