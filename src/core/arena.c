@@ -127,17 +127,24 @@ static void segment_unmap(shoal_segment_t *segment) {
 #define PURGE_PACE_MAX_SHIFT  6
 #define REFAULT_WINDOW_DELAYS 4
 #define QUIET_DELAYS          16
+/* SHOAL_PURGE_DELAY as the pacing reads it: an hour at most, so that no
+ * multiple or doubling of it overflows. */
+#define PURGE_DELAY_MAX_MS (3600L * 1000)
 static _Atomic(unsigned) purge_pace_shift;
 static _Atomic(int64_t) last_refault_ms;
 static _Atomic(int64_t) last_raise_ms;
 
+static long purge_delay_option(void) {
+  long delay = option(SHOAL_OPTION_PURGE_DELAY);
+  return delay < PURGE_DELAY_MAX_MS ? delay : PURGE_DELAY_MAX_MS;
+}
+
 long purge_delay(void) {
-  return option(SHOAL_OPTION_PURGE_DELAY)
-         << atomic_load_explicit(&purge_pace_shift, memory_order_relaxed);
+  return purge_delay_option() << atomic_load_explicit(&purge_pace_shift, memory_order_relaxed);
 }
 
 long purge_wait(long delays) {
-  long wait = delays * option(SHOAL_OPTION_PURGE_DELAY), delay = purge_delay();
+  long wait = delays * purge_delay_option(), delay = purge_delay();
   return wait > delay ? wait : delay;
 }
 
@@ -151,7 +158,7 @@ void purge_note_refault(int64_t purged_ms) {
   if (shift >= PURGE_PACE_MAX_SHIFT || now - raised < delay) return;
   int64_t wanted = 2 * (delay + (now - purged_ms));
   do shift++;
-  while (shift < PURGE_PACE_MAX_SHIFT && (option(SHOAL_OPTION_PURGE_DELAY) << shift) < wanted);
+  while (shift < PURGE_PACE_MAX_SHIFT && (purge_delay_option() << shift) < wanted);
   /* Racing threads: one of them raises it. */
   if (atomic_compare_exchange_strong_explicit(&last_raise_ms, &raised, now, memory_order_relaxed,
                                               memory_order_relaxed))
