@@ -75,7 +75,7 @@ fast_path void *alloc_medium_pop(shoal_heap_t *heap, size_t size) {
       if (likely(page->free != NULL)) return page_pop(heap, page);
       if (page->capacity < page->reserved &&
           atomic_load_explicit(&page->xthread_free, memory_order_relaxed) == 0)
-        return page_bump(heap, page);
+        return page_bump(page);
     }
   }
   return NULL;
@@ -99,9 +99,12 @@ fast_path bool remote_cache_push(shoal_heap_t *heap, shoal_page_t *page, void *p
   shoal_block_t *block = p;
   uintptr_t key = heap->free_key;
   uint32_t block_size = page->shared_block_size;
+  /* Room first: a full cache sends the block on before the checks that
+   * free_not_local makes again. */
+  if ((cache->capacity - cache->used) * block_size >= REMOTE_CACHE_BYTES) return false;
   uint64_t limit = atomic_load_explicit(&page->shared_limit, memory_order_relaxed);
   if (!is_carved_block(page->shared_start, page->shared_divisor, limit, p) || block->key == key ||
-      size_hint > block_size || (cache->capacity - cache->used) * block_size >= REMOTE_CACHE_BYTES)
+      size_hint > block_size)
     return false;
   block->next = cache->free;
   block->key = key;

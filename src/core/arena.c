@@ -131,7 +131,7 @@ static void segment_unmap(shoal_segment_t *segment) {
  * multiple or doubling of it overflows. */
 #define PURGE_DELAY_MAX_MS (3600L * 1000)
 static _Atomic(unsigned) purge_pace_shift;
-static _Atomic(int64_t) last_refault_ms;
+static _Atomic(int64_t) quiet_since_ms; /* the last refault, or the last halving */
 static _Atomic(int64_t) last_raise_ms;
 
 static long purge_delay_option(void) {
@@ -151,7 +151,7 @@ long purge_wait(long delays) {
 void purge_note_refault(int64_t purged_ms) {
   int64_t now = os_now_ms();
   if (now - purged_ms >= REFAULT_WINDOW_DELAYS * purge_delay()) return;
-  atomic_store_explicit(&last_refault_ms, now, memory_order_relaxed);
+  atomic_store_explicit(&quiet_since_ms, now, memory_order_relaxed);
   int64_t raised = atomic_load_explicit(&last_raise_ms, memory_order_relaxed);
   unsigned shift = atomic_load_explicit(&purge_pace_shift, memory_order_relaxed);
   long delay = purge_delay();
@@ -167,21 +167,19 @@ void purge_note_refault(int64_t purged_ms) {
 
 void purge_note_purge(int64_t now) {
   unsigned shift = atomic_load_explicit(&purge_pace_shift, memory_order_relaxed);
-  if (shift == 0 || now - atomic_load_explicit(&last_refault_ms, memory_order_relaxed) <
+  if (shift == 0 || now - atomic_load_explicit(&quiet_since_ms, memory_order_relaxed) <
                         QUIET_DELAYS * purge_delay())
     return;
   atomic_compare_exchange_strong_explicit(&purge_pace_shift, &shift, shift - 1,
                                           memory_order_relaxed, memory_order_relaxed);
-  atomic_store_explicit(&last_refault_ms, now,
-                        memory_order_relaxed); /* the next halving: as long again */
+  atomic_store_explicit(&quiet_since_ms, now, memory_order_relaxed); /* next halving: as long */
 }
 
 /* Purge a whole empty segment for good. */
 static void segment_purge_all(shoal_segment_t *segment) {
   uint64_t dirty = segment->dirty_slices & ~SLICE_HEADER_BITS;
   if (dirty == 0) return;
-  segment->purged_slices |= dirty;
-  segment->purged_ms = os_now_ms();
+  segment_note_purged(segment, dirty, os_now_ms());
   size_t first = (size_t)__builtin_ctzll(dirty);
   size_t last = 63 - (size_t)__builtin_clzll(dirty);
   uint8_t *start = (uint8_t *)segment + first * SLICE_SIZE;

@@ -162,18 +162,18 @@ static void others_purge_note(int64_t at) {
 
 static void heap_serve_all_idle(void);
 
+/* A dead thread's heap waits PURGE_DEAD_DELAYS for an adopter. */
+static int64_t heap_dead_purge_at(const shoal_heap_t *heap) {
+  return heap->abandoned_ms + purge_wait(PURGE_DEAD_DELAYS);
+}
+
 /* The purge delay has passed on the clock. A heap that has freed no page
  * for two delays is quiet: its owner is blocked or busy elsewhere, and all
  * its free slices go. Else only the slices it has not freed since the last
  * purge go now. An owner that has only waited for cores meanwhile counts
  * the delay on its own CPU time: 8 threads on 2 cores wait 9 ms of every
  * 12, and purging on the clock, largemix t=8 and mstress t=8 faulted in 2-4
- * times the memory of the best allocator. A dead thread's heap waits
- * PURGE_DEAD_DELAYS for an adopter. */
-static int64_t heap_dead_purge_at(const shoal_heap_t *heap) {
-  return heap->abandoned_ms + purge_wait(PURGE_DEAD_DELAYS);
-}
-
+ * times the memory of the best allocator. */
 static void heap_purge_due(shoal_heap_t *heap, int64_t now) {
   long delay = purge_delay();
   if (heap != thread_heap) { /* a dead thread's, serviced: warm for an adopter a while */
@@ -597,6 +597,7 @@ static shoal_page_t *heap_find_queued_page(shoal_heap_t *heap, uint8_t size_clas
  * threads' blocks, which free counts nowhere else. */
 static void remote_cache_fold(shoal_heap_t *heap, uint8_t size_class) {
   shoal_page_t *cache = &heap->remote_cache[size_class];
+  if (cache->capacity == cache->reserved && cache->unfolded_allocs == 0) return; /* nothing new */
   cache->size_class = size_class; /* what the fold reads; unset until the cache is used */
   page_fold_counters(heap, cache);
 #if SHOAL_STATISTICS
@@ -607,9 +608,11 @@ static void remote_cache_fold(shoal_heap_t *heap, uint8_t size_class) {
 #endif
 }
 
-/* An empty remote cache starts its counts again. */
+/* An empty remote cache starts its counts again (one never pushed to since
+ * is left as it is, untouched). */
 static void remote_cache_reset(shoal_heap_t *heap, uint8_t size_class) {
   shoal_page_t *cache = &heap->remote_cache[size_class];
+  if (cache->free == NULL && cache->capacity == 0) return;
   remote_cache_fold(heap, size_class);
   cache->free = NULL;
   cache->capacity = cache->reserved = cache->used = cache->used_at_fold = 0;

@@ -428,6 +428,13 @@ static inline void purge_deadline_push(_Atomic(int64_t) *at, int64_t *latest, in
   atomic_store_explicit(at, now + delay < *latest ? now + delay : *latest, memory_order_relaxed);
 }
 
+/* Slices just purged for good: taking one of them again soon is a refault
+ * (segment.c, segment_take_purged; arena.c, purge pacing). */
+static inline void segment_note_purged(shoal_segment_t *segment, uint64_t mask, int64_t now) {
+  segment->purged_slices |= mask;
+  segment->purged_ms = now;
+}
+
 void segment_purge_heap(struct shoal_heap_s *heap);
 void segment_purge_heap_aged(struct shoal_heap_s *heap);
 void segment_purge_restart(struct shoal_heap_s *heap);
@@ -666,8 +673,7 @@ static inline void *page_pop(shoal_heap_t *heap, shoal_page_t *page) {
  * or two at a time, each through the slow path (rptest: 5 M of 30 M
  * mallocs). Past `capacity` no free is taken for a block (the block test),
  * so the block needs no key until now. */
-static inline void *page_bump(shoal_heap_t *heap, shoal_page_t *page) {
-  (void)heap;
+static inline void *page_bump(shoal_page_t *page) {
   shoal_block_t *block = (shoal_block_t *)(page->start + (size_t)page->capacity * page->block_size);
   page->capacity++;
   page_publish_extent(page);

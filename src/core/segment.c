@@ -143,6 +143,7 @@ bool segment_page_grow(shoal_heap_t *heap, shoal_page_t *page, size_t slices) {
 static void segment_purge(shoal_segment_t *segment, bool lazy, uint64_t spare) {
   uint64_t bits = segment->free_slices & segment->dirty_slices & ~SLICE_HEADER_BITS & ~spare;
   if (lazy) bits &= ~segment->lazy_slices;
+  if (!lazy && bits != 0) segment_note_purged(segment, bits, os_now_ms());
   while (bits != 0) {
     size_t first = (size_t)__builtin_ctzll(bits);
     size_t count = (size_t)__builtin_ctzll(~(bits >> first));
@@ -155,8 +156,6 @@ static void segment_purge(shoal_segment_t *segment, bool lazy, uint64_t spare) {
     } else {
       os_purge(start, count * SLICE_SIZE);
       os_commit_note(-(ptrdiff_t)(count * SLICE_SIZE));
-      segment->purged_slices |= mask;
-      segment->purged_ms = os_now_ms();
       segment->dirty_slices &= ~mask;
       segment->lazy_slices &= ~mask;
     }
