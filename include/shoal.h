@@ -85,7 +85,7 @@ SHOAL_API void shoal_collect(bool force);
   X(os_reserved_bytes, BYTES, "address space held from the OS")                                    \
   X(os_committed_bytes, BYTES, "of it, memory that may be resident")                               \
   X(os_peak_committed_bytes, BYTES, "the highest os_committed_bytes so far")                       \
-  X(segments, COUNT, "4 MiB segments held by heaps (cached ones and huge blocks apart)")           \
+  X(segments, COUNT, "1 MiB segments held by heaps (cached ones and huge blocks apart)")           \
   X(pages, COUNT, "pages in use (runs of 64 KiB slices holding blocks)")                           \
   X(huge_blocks, COUNT, "blocks with a mapping of their own")                                      \
   X(heaps, COUNT, "thread heaps ever created (live and adoptable)")                                \
@@ -110,7 +110,7 @@ SHOAL_API void shoal_collect(bool force);
   X(live, COUNT, "allocated - freed")
 
 #define SHOAL_STATS_SIZE_CLASSES 72 /* 16 B to 32 KiB; beyond, large and huge blocks */
-#define SHOAL_LARGE_MAX          ((size_t)4032 * 1024) /* larger blocks are the huge row */
+#define SHOAL_LARGE_MAX          ((size_t)960 * 1024) /* larger blocks are the huge row */
 
 #define SHOAL_STATS_MEMBER_(name, kind, description) size_t name;
 typedef struct shoal_class_stats_s {
@@ -121,7 +121,7 @@ typedef struct shoal_stats_s {
   SHOAL_STATS_FIELDS(SHOAL_STATS_MEMBER_)
   shoal_class_stats_t classes[SHOAL_STATS_SIZE_CLASSES]; /* smallest block size first */
   shoal_class_stats_t large; /* over 32 KiB up to SHOAL_LARGE_MAX: a page of slices each */
-  shoal_class_stats_t huge;  /* over SHOAL_LARGE_MAX (4032 KiB): a mapping each */
+  shoal_class_stats_t huge;  /* over SHOAL_LARGE_MAX (960 KiB): a mapping each */
 } shoal_stats_t;
 #undef SHOAL_STATS_MEMBER_
 

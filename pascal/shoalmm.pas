@@ -80,8 +80,8 @@ type
     OutsizedLiveBytes: PtrUInt;     { of LiveBytes, in large and huge blocks }
     CountersEnabled: PtrUInt;       { 0: built with SHOAL_STATISTICS=OFF, counted figures read 0 }
     Classes: array[0..71] of TShoalClassStats; { SHOAL_STATS_SIZE_CLASSES, smallest first }
-    Large: TShoalClassStats;        { over 32 KiB up to 4032 KiB }
-    Huge: TShoalClassStats;         { over 4032 KiB }
+    Large: TShoalClassStats;        { over 32 KiB up to 960 KiB }
+    Huge: TShoalClassStats;         { over 960 KiB }
   end;
 
   { Mirrors shoal_option_t, in order. Each is also read once from the

@@ -11,7 +11,7 @@
  *     more (C17 7.22.3 asks max_align_t's 16 for every size; even C23's
  *     weaker rule asks it once a 16-byte long double fits), 8 below;
  *   - realloc keeps contents across every size boundary, growing and
- *     shrinking, to and from large (> 4 MiB) blocks;
+ *     shrinking, to and from huge (> 960 KiB) blocks;
  *   - calloc memory is zero even when it reuses dirty blocks;
  *   - the edge cases of malloc(0), realloc(NULL, n), realloc(p, 0), free(NULL),
  *     errno across free, malloc_usable_size(NULL);
@@ -212,7 +212,7 @@ static void test_realloc_contents(const api_t *api) {
   }
   api->free_fn(block);
 
-  /* Jumps between small, medium and large (> 4 MiB) blocks, both ways. */
+  /* Jumps between small, medium and huge (> 960 KiB) blocks, both ways. */
   static const size_t jumps[][3] = {
       {100, 6 * MIB, 100}, {5 * MIB, 12 * MIB, 5 * MIB}, {4 * MIB + 1, 64 * KIB, 9 * MIB},
       {16, 32 * MIB, 16},  {300 * KIB, 5 * MIB + 7, 3},  {8 * MIB, 8 * MIB + 1, 8 * MIB - 1}};
@@ -469,7 +469,7 @@ static void test_page_allocations(const api_t *api) {
  * copy moves only what may have been written, and realloc grows them in
  * place while the slices have room. */
 static void test_large_blocks_grow_in_place(void) {
-  size_t sizes[] = {32 * KIB + 1, 40000, 64 * KIB - 100, 100 * KIB, MIB};
+  size_t sizes[] = {32 * KIB + 1, 40000, 64 * KIB - 100, 100 * KIB, SHOAL_LARGE_MAX - 5000};
   for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
     size_t size = sizes[i];
     uint8_t *block = shoal_malloc(opaque_size(size));
@@ -574,17 +574,19 @@ static void test_owns_foreign(void) {
   CHECK(!shoal_owns((char *)mapped + 2 * MIB));
   pages_unmap(mapped, 4 * MIB);
 
-  /* A huge block's mapping ends at a page, inside a 4 MiB chunk the segment
-   * map marks as shoal's: memory mapped just past its end is still foreign. */
+  /* A huge block's mapping ends at a page, inside a 1 MiB chunk the segment
+   * map marks as shoal's: memory mapped just past its end is still foreign.
+   * (Mappings up to 32 MiB come in powers of two and end on a chunk: the
+   * block is bigger.) */
   size_t granularity = pages_map_granularity();
-  void *huge = shoal_malloc(5 * MIB + 100);
+  void *huge = shoal_malloc(33 * MIB + 100);
   CHECK(huge != NULL);
   char *end = (char *)huge + shoal_block_size(huge);
   void *neighbour = NULL;
   for (size_t step = 0; step < 8 && neighbour == NULL; step++) {
-    size_t size = opaque_size(5 * MIB + 100 + step * granularity);
+    size_t size = opaque_size(33 * MIB + 100 + step * granularity);
     CHECK(shoal_owns(end - 1));
-    if ((uintptr_t)end % granularity == 0 && ((uintptr_t)end & (4 * MIB - 1)) != 0)
+    if ((uintptr_t)end % granularity == 0 && ((uintptr_t)end & (MIB - 1)) != 0)
       neighbour = pages_map_at(end, granularity);
     if (neighbour == NULL) {
       shoal_free(huge);

@@ -168,7 +168,7 @@ static int case_free_inside_large(void) {
  * another one (a remote free takes another path). Ignored, it must leave
  * the heap whole: every later block distinct and writable. */
 
-#define SEGMENT_BYTES ((uintptr_t)4 * MIB) /* shoal's segment: a header, then pages */
+#define SEGMENT_BYTES ((uintptr_t)1 * MIB) /* shoal's segment: a header, then pages */
 
 static void *bad_free_run(void *bad) {
   free(bad);
@@ -267,13 +267,13 @@ static int case_free_segment_header_remote(void) {
 /* Inside a slice of the same segment that no page has used: a segment
  * fresh from the OS leaves its descriptor zero. */
 static int case_free_unused_slice(void) {
-  return free_segment_header(false, 62 * 64 * 1024 + 4096);
+  return free_segment_header(false, 14 * 64 * 1024 + 4096);
 }
 static int case_free_unused_slice_remote(void) {
-  return free_segment_header(true, 62 * 64 * 1024 + 4096);
+  return free_segment_header(true, 14 * 64 * 1024 + 4096);
 }
 
-/* The tail of a huge block, past its first 4 MiB. */
+/* The tail of a huge block, past its first MiBs. */
 static int free_huge_tail(bool remote) {
   size_t size = 9 * MIB;
   witnesses_make(64);

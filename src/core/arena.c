@@ -13,8 +13,10 @@
 
 #include <string.h>
 
-#define ARENA_CACHED_SEGMENTS 64 /* empty segments kept for the purge delay (256 MiB) */
-#define ARENA_CACHED_CLEAN    4  /* kept mapped, purged, after it */
+/* Empty segments kept for the purge delay (256 MiB), and kept mapped,
+ * purged, after it (16 MiB). */
+#define ARENA_CACHED_SEGMENTS (((size_t)256 << 20) / SEGMENT_SIZE)
+#define ARENA_CACHED_CLEAN    (((size_t)16 << 20) / SEGMENT_SIZE)
 #define HEAP_CHUNK_SIZE       ((size_t)256 * 1024)
 
 shoal_lock_t arena_lock = SHOAL_LOCK_INIT;
@@ -34,7 +36,7 @@ static struct {
   _Atomic(size_t) heap_count;
 } arena;
 
-/* ---- the segment map: which 4 MiB chunks of the address space are shoal's ---- */
+/* ---- the segment map: which 1 MiB chunks of the address space are shoal's ---- */
 
 _Atomic(uint8_t) segment_map[SEGMENT_MAP_ENTRIES];
 _Atomic(size_t) stat_segments;

@@ -2,7 +2,7 @@
  * the core types, and each layer's entry points.
  *
  * Glossary (bottom up):
- *   segment  4 MiB of address space aligned to 4 MiB, owned by one heap.
+ *   segment  1 MiB of address space aligned to 1 MiB, owned by one heap.
  *            Slice 0 holds the header (page descriptors); slices 1..63 hold
  *            pages. A pointer finds its segment by masking the low 22 bits.
  *   slice    64 KiB, the unit a segment hands out to pages.
@@ -55,13 +55,13 @@ typedef const void *caller_t;
 #define OWN_CALLER ((caller_t)0) /* the slow exit reads its own (alloc.h) */
 
 /* ---- geometry ---- */
-#define SEGMENT_SHIFT      22
+#define SEGMENT_SHIFT      20
 #define SEGMENT_SIZE       ((size_t)1 << SEGMENT_SHIFT)
 #define SEGMENT_MASK       (SEGMENT_SIZE - 1)
 #define SLICE_SHIFT        16
 #define SLICE_SIZE         ((size_t)1 << SLICE_SHIFT)
-#define SLICES_PER_SEGMENT (SEGMENT_SIZE / SLICE_SIZE) /* 64: one bitmap word */
-#define SLICES_ALL         (~(uint64_t)0)
+#define SLICES_PER_SEGMENT (SEGMENT_SIZE / SLICE_SIZE) /* 16: the low bits of a bitmap word */
+#define SLICES_ALL         ((uint64_t)-1 >> (64 - SLICES_PER_SEGMENT))
 #define SLICE_HEADER_BITS  ((uint64_t)1) /* slice 0: the segment header */
 
 #define WORD_SIZE              8
@@ -69,7 +69,7 @@ typedef const void *caller_t;
 #define DIRECT_MAX             1024 /* sizes served by heap->direct_page */
 #define DIRECT_SLOTS           (DIRECT_MAX / WORD_SIZE + 1)
 #define MEDIUM_MAX             (32 * 1024)                 /* largest size class */
-#define LARGE_MAX              (SEGMENT_SIZE - SLICE_SIZE) /* 63 slices; larger: a huge segment */
+#define LARGE_MAX              (SEGMENT_SIZE - SLICE_SIZE) /* 15 slices; larger: a huge segment */
 #define PAGE_TARGET_BLOCKS     8           /* a page of blocks up to 8 KiB holds >= this many */
 #define BIG_PAGE_TARGET_BLOCKS 4           /* and of blocks above 8 KiB */
 #define EXTEND_BYTES           4096        /* carve fresh blocks an OS page at a time */
@@ -387,7 +387,7 @@ static inline uint8_t size_class_of(size_t size) {
 
 /* ---- segment.c ---- */
 extern _Atomic(uint8_t) segment_map[SEGMENT_MAP_ENTRIES];
-#define SEGMENT_MAP_HEAD     1 /* a segment starts in this 4 MiB chunk */
+#define SEGMENT_MAP_HEAD     1 /* a segment starts in this 1 MiB chunk */
 #define SEGMENT_MAP_INTERIOR 2 /* a huge segment continues here */
 
 static inline shoal_segment_t *segment_of(const void *p) {

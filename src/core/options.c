@@ -41,7 +41,7 @@ static const option_descriptor_t descriptors[SHOAL_OPTION_COUNT] = {
                                        "to catch late writes and double frees"},
     [SHOAL_OPTION_HUGE_PAGES] =
         {"HUGE_PAGES", 1, OPTION_BOOL,
-         "back huge blocks (over 4032 KiB) that malloc or realloc hands out with "
+         "back huge blocks (over 960 KiB) that malloc or realloc hands out with "
          "transparent huge pages where the system allows them"},
 };
 

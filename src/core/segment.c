@@ -1,4 +1,4 @@
-/* segment.c — 4 MiB aligned regions carved into 64 KiB slices for pages.
+/* segment.c — 1 MiB aligned regions carved into 64 KiB slices for pages.
  *
  * Owns: slice allocation inside a heap's segments, and purging of free
  * slices (the arena maps segments and keeps the segment map). A segment belongs to one heap, so

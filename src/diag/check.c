@@ -53,7 +53,7 @@
 /* At most this many entries held by quarantined blocks: a protected range
  * may split a mapping in three, and the kernel allows 65530 mappings. */
 #define INACCESSIBLE_QUARANTINED 8192
-#define ZERO_SPACING             64 /* between malloc(0)'s addresses: a touch goes to the nearest */
+#define ZERO_SPACING             16 /* between malloc(0)'s addresses: a touch goes to the nearest */
 
 static uintptr_t check_secret;
 

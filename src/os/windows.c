@@ -4,7 +4,7 @@
  * Address space: a mapping is one reservation, committed whole (Windows
  * charges commit but faults pages in on first touch, as Linux does), so
  * that os_unmap can release it with one VirtualFree. Every reservation
- * starts on 64 KiB; a segment's 4 MiB alignment comes from VirtualAlloc2's
+ * starts on 64 KiB; a segment's 1 MiB alignment comes from VirtualAlloc2's
  * address requirements where the system has them (Windows 10 1803 and
  * later, Wine 8); otherwise an over-sized reservation is released and the
  * aligned address inside it taken at once (another thread may get there

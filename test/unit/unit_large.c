@@ -52,7 +52,7 @@ int main(void) {
   for (size_t i = 0; i < 20 * MIB; i += 4096) CHECK(z[i] == 0);
   shoal_free(z);
 
-  /* Alignment beyond the segment size: the block starts in a later 4 MiB
+  /* Alignment beyond the segment size: the block starts in a later 1 MiB
    * chunk, which the map marks as interior of the same segment. */
   void *aligned = NULL;
   CHECK(shoal_posix_memalign(&aligned, 16 * MIB, 5 * MIB) == 0);
