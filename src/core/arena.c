@@ -67,7 +67,7 @@ shoal_segment_t *segment_find(const void *p) {
 }
 
 /* A segment's header for a new owner. One fresh from the OS is zero, and
- * its page descriptors stay so (page_is_unused): 12 KiB a segment, a thread,
+ * its page descriptors stay so (page_is_unused): 3 KiB a segment, a thread,
  * that no one touches until its slices serve. */
 static void segment_reset_header(shoal_segment_t *segment, bool fresh) {
   atomic_store_explicit(&segment->heap, NULL, memory_order_relaxed);

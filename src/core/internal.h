@@ -3,8 +3,8 @@
  *
  * Glossary (bottom up):
  *   segment  1 MiB of address space aligned to 1 MiB, owned by one heap.
- *            Slice 0 holds the header (page descriptors); slices 1..63 hold
- *            pages. A pointer finds its segment by masking the low 22 bits.
+ *            Slice 0 holds the header (page descriptors); slices 1..15 hold
+ *            pages. A pointer finds its segment by masking the low 20 bits.
  *   slice    64 KiB, the unit a segment hands out to pages.
  *   page     a run of slices holding blocks of one size class (or a single
  *            large block). Its descriptor sits in the segment header.
