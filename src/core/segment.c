@@ -85,6 +85,10 @@ shoal_page_t *segment_page_alloc(shoal_heap_t *heap, size_t slices) {
   }
   if (segment == NULL) {
     segment = arena_segment_acquire();
+    if (segment == NULL) {
+      huge_cache_trim(true); /* cached huge blocks may be what stands in the way */
+      segment = arena_segment_acquire();
+    }
     if (segment == NULL) return NULL;
     atomic_store_explicit(&segment->heap, heap, memory_order_relaxed);
     heap_segment_link(heap, segment);
