@@ -43,7 +43,9 @@ static size_t round_to_os_page(size_t size) {
  * freed block serves the next of its size without a resize: a resize
  * faults in what it adds and gives back what it cuts, and blocks of 1-5 MiB
  * replaced at random (bench largemix) ran four times slower with exact
- * sizes. Only what the program touches of the rest is resident. */
+ * sizes. Only what the program touches of the rest is resident (in 2 MiB
+ * steps where transparent huge pages back it), and malloc_usable_size says
+ * the whole mapping is the block's. */
 #define HUGE_ROUNDED_MAX ((size_t)32 << 20)
 
 static size_t huge_mapping_size(size_t bytes) {
