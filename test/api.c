@@ -512,7 +512,8 @@ static bool mapping_asks_huge_pages(const void *p) {
 }
 
 /* SHOAL_HUGE_PAGES (on by default): huge blocks from malloc, and those
- * realloc grows, ask for transparent huge pages; calloc's do not. */
+ * realloc grows below the process's peak, ask for transparent huge pages;
+ * calloc's do not, nor a block that realloc grows past the peak. */
 static void test_huge_pages_advice(void) {
   CHECK(shoal_option_get(SHOAL_OPTION_HUGE_PAGES) == 1);
   shoal_collect(true); /* empties the cache of freed huge blocks: the next ones are fresh */
@@ -521,8 +522,17 @@ static void test_huge_pages_advice(void) {
   CHECK(written != NULL && zeroed != NULL);
   CHECK_CTX(mapping_asks_huge_pages(written), "malloc(8 MiB) did not ask for huge pages");
   CHECK_CTX(!mapping_asks_huge_pages(zeroed), "calloc(8 MiB) asked for huge pages");
+  shoal_free(shoal_malloc(opaque_size(64 * MIB))); /* the peak, above what follows */
   zeroed = shoal_realloc(zeroed, opaque_size(16 * MIB));
-  CHECK(zeroed != NULL && mapping_asks_huge_pages(zeroed));
+  CHECK(zeroed != NULL);
+  CHECK_CTX(mapping_asks_huge_pages(zeroed),
+            "realloc to 16 MiB, below the peak (%zu bytes), did not ask for huge pages",
+            shoal_stats().os_peak_committed_bytes);
+  /* Past the peak: fresh memory, in small pages (large.c, huge_realloc). */
+  size_t past_peak = shoal_stats().os_peak_committed_bytes + 64 * MIB;
+  written = shoal_realloc(written, opaque_size(past_peak));
+  CHECK(written != NULL);
+  CHECK_CTX(!mapping_asks_huge_pages(written), "realloc past the peak asked for huge pages");
   shoal_free(written);
   shoal_free(zeroed);
   shoal_collect(true); /* empties the cache of freed huge blocks: the next ones are fresh */

@@ -77,9 +77,10 @@ void os_purge(void *address, size_t size) {
   errno = saved;
 }
 
-void os_advise_huge_pages(void *address, size_t size) {
+void os_advise_huge_pages(void *address, size_t size, bool wanted) {
   int saved = errno;
-  madvise(address, size, MADV_HUGEPAGE); /* EINVAL without THP: nothing to do */
+  /* EINVAL without THP: nothing to do */
+  madvise(address, size, wanted ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
   errno = saved;
 }
 

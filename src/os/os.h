@@ -34,7 +34,7 @@ void os_purge(void *address, size_t size);
 void os_purge_lazy(void *address, size_t size);
 /* Ask for transparent huge pages (where the system leaves it to madvise):
  * the range then faults in 2 MiB at a time. */
-void os_advise_huge_pages(void *address, size_t size);
+void os_advise_huge_pages(void *address, size_t size, bool wanted);
 /* Grow or shrink a mapping, moving it (without copying) to an address
  * aligned to `alignment` when it cannot stay. NULL on failure, old intact
  * (Windows moves nothing: there it resizes in place or fails). */

@@ -162,9 +162,10 @@ void os_purge_lazy(void *address, size_t size) {
   errno = saved;
 }
 
-void os_advise_huge_pages(void *address, size_t size) {
+void os_advise_huge_pages(void *address, size_t size, bool wanted) {
   (void)address; /* large pages need a privilege programs rarely hold */
   (void)size;
+  (void)wanted;
 }
 
 /* In place only: a shrink decommits the tail (the reservation stays whole,
