@@ -25,6 +25,7 @@ _Atomic(int64_t) arena_purge_at_ms; /* when cached segments are due for purging;
 static struct {
   shoal_segment_t *cached[ARENA_CACHED_SEGMENTS]; /* (arena) empty segments, warm last */
   size_t cached_count;                            /* (arena) */
+  _Atomic(bool) has_cached;                       /* (arena, read by all) cached_count > 0 */
   size_t cached_old;                  /* (arena) the first ones, cached before the last trim */
   int64_t purge_latest_ms;            /* (arena) releases push arena_purge_at_ms back no later */
   int64_t released_ms;                /* (arena) when a segment was last cached */
@@ -91,6 +92,7 @@ shoal_segment_t *arena_segment_acquire(void) {
   if (arena.cached_count > 0) { /* the last released first: it may still be warm */
     segment = arena.cached[--arena.cached_count];
     if (arena.cached_old > arena.cached_count) arena.cached_old = arena.cached_count;
+    atomic_store_explicit(&arena.has_cached, arena.cached_count > 0, memory_order_relaxed);
   }
   lock_release(&arena_lock);
   bool fresh = segment == NULL;
@@ -196,6 +198,10 @@ static void arena_trim_schedule(int64_t now) { /* (arena) */
                       purge_wait(ARENA_TRIM_DELAYS));
 }
 
+bool arena_has_cached(void) {
+  return atomic_load_explicit(&arena.has_cached, memory_order_relaxed);
+}
+
 /* An empty segment: kept as it is, so that a program that frees a lot and
  * allocates again soon (a new thread, the next phase) finds its memory
  * without faulting it in; once it has stayed in the cache through a trim it
@@ -211,6 +217,7 @@ void arena_segment_release(shoal_segment_t *segment) {
   lock_acquire(&arena_lock);
   if (arena.cached_count < (keep ? ARENA_CACHED_SEGMENTS : ARENA_CACHED_CLEAN)) {
     arena.cached[arena.cached_count++] = segment;
+    atomic_store_explicit(&arena.has_cached, true, memory_order_relaxed);
     segment = NULL;
     if (keep) {
       arena.released_ms = os_now_ms();
@@ -242,6 +249,7 @@ void arena_cache_trim(bool force) {
   memmove(&arena.cached[keep], &arena.cached[old],
           (arena.cached_count - old) * sizeof arena.cached[0]);
   arena.cached_count -= old - keep;
+  atomic_store_explicit(&arena.has_cached, arena.cached_count > 0, memory_order_relaxed);
   for (size_t i = 0; i < keep; i++) segment_purge_all(arena.cached[i]);
   if (old > 0) purge_note_purge(now);
   if (arena.cached_count > keep) arena_trim_schedule(now); /* the spared ones, next time */

@@ -134,6 +134,12 @@ typedef struct shoal_page_s {
   uint8_t size_class;                /* class, CLASS_LARGE/HUGE/NONE */
   uint8_t flags;                     /* PAGE_FULL, PAGE_UNUSED: 0 on the fast path */
   uint8_t is_zero;                   /* free blocks are zero beyond word 0 (fresh memory) */
+  /* GUEST_PAGE: a page of this heap in another heap's segment (heap.c,
+   * heap_borrow_page). Its free_limit stays 0: the segment's heap, whose
+   * free takes its blocks for its own, finds no block here and sends them
+   * on (free_slow). GUEST_RETURNING: empty, on its way back to the heap
+   * that holds the segment, through that heap's notify stack. */
+  _Atomic(uint8_t) guest; /* read by the segment's heap's walks (heap_take_segment) */
   /* (owner) What the statistics need, kept where malloc already writes
    * (page_fold_counters): blocks handed out since the counts last went to
    * the heap, and `used` at that time (less the remote frees collected
@@ -159,6 +165,10 @@ typedef struct shoal_page_s {
 #define PAGE_UNUSED   2 /* the descriptor of a free slice or a header: no blocks */
 #define PAGE_REPARKED 4
 #define PAGE_BORROWED 8
+
+/* shoal_page_t.guest */
+#define GUEST_PAGE      1
+#define GUEST_RETURNING 2
 
 /* The block test: one multiply tells whether p is the start of one of the
  * first `capacity` blocks of a page, i.e. of a block it has handed out at
@@ -190,7 +200,8 @@ static inline bool is_carved_block(const uint8_t *start, uint64_t divisor, uint6
 static inline void page_publish_extent(shoal_page_t *page) {
   uint64_t limit = block_limit(page->shared_divisor, page->block_size, page->capacity);
   atomic_store_explicit(&page->shared_limit, limit, memory_order_relaxed);
-  page->free_limit = page->flags == 0 ? limit : 0;
+  bool guest = atomic_load_explicit(&page->guest, memory_order_relaxed) != 0;
+  page->free_limit = page->flags == 0 && !guest ? limit : 0;
 }
 /* After changing start, block_size, size_class or flags. */
 static inline void page_publish_shape(shoal_page_t *page) {
@@ -411,6 +422,10 @@ static inline void segment_slice_set_page(shoal_segment_t *segment, size_t slice
 }
 shoal_segment_t *segment_find(const void *p); /* any pointer into shoal memory, or NULL */
 shoal_page_t *segment_page_alloc(struct shoal_heap_s *heap, size_t slices);
+/* A page of `slices` resident free slices of `owner`'s segments for another
+ * heap (a guest page), or NULL: owner held by the caller. Given back with
+ * segment_page_free(owner's heap at that time, page). */
+shoal_page_t *segment_page_lend(struct shoal_heap_s *owner, size_t slices);
 /* The page's slices back to its segment (its counts the caller folds first). */
 void segment_page_free(struct shoal_heap_s *heap, shoal_page_t *page);
 bool segment_page_grow(struct shoal_heap_s *heap, shoal_page_t *page, size_t slices);
@@ -558,6 +573,7 @@ extern shoal_lock_t arena_lock;
 extern _Atomic(int64_t) arena_purge_at_ms;
 shoal_segment_t *arena_segment_acquire(void);
 void arena_segment_release(shoal_segment_t *segment);
+bool arena_has_cached(void); /* an empty segment waits in the cache (a hint) */
 shoal_heap_t *arena_heap_new_or_adopt(bool *adopted);
 void arena_heap_abandoned(shoal_heap_t *heap);
 /* A dead thread's heap, now HEAP_SERVICING for the caller, who sets it

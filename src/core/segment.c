@@ -65,6 +65,33 @@ static void segment_take_purged(shoal_segment_t *segment, uint64_t mask) {
   }
 }
 
+/* The first of `runs` (free runs of `slices` slices) as a page of the heap
+ * whose segment it is. */
+static shoal_page_t *segment_take_run(shoal_heap_t *heap, shoal_segment_t *segment, uint64_t runs,
+                                      size_t slices) {
+  size_t first = (size_t)__builtin_ctzll(runs);
+  uint64_t mask = slice_mask(first, slices);
+  segment_take_purged(segment, mask);
+  heap->purge_pending_bytes -= pending_bytes(segment, mask);
+  bool is_zero = (segment->dirty_slices & mask) == 0;
+  os_commit_note((ptrdiff_t)(bit_count(mask & ~segment->dirty_slices) * SLICE_SIZE));
+  segment->free_slices &= ~mask;
+  segment->dirty_slices |= mask;
+  segment->lazy_slices &= ~mask;
+  if (segment->free_slices == 0) heap_segment_unlink(heap, segment);
+  for (size_t i = first; i < first + slices; i++) segment_slice_set_page(segment, i, first);
+  shoal_page_t *page = &segment->pages[first];
+  memset(page, 0, sizeof *page);
+  page->slice_count = (uint8_t)slices;
+  page->is_zero = is_zero;
+  page->start = (uint8_t *)segment + first * SLICE_SIZE;
+  page->size_class = CLASS_NONE;
+  page->flags = PAGE_UNUSED; /* until page_init */
+  page_publish_shape(page);
+  owner_count_add(&heap->pages_taken, 1);
+  return page;
+}
+
 /* A page of `slices` contiguous slices from one of the heap's segments,
  * taking a fresh segment from the arena when none has room. The descriptor
  * comes back with slice_count, is_zero and start set; page_init does the rest. */
@@ -97,27 +124,22 @@ shoal_page_t *segment_page_alloc(shoal_heap_t *heap, size_t slices) {
     heap->purge_pending_bytes += pending_bytes(segment, SLICES_ALL & ~SLICE_HEADER_BITS);
     runs = free_runs(segment->free_slices, slices);
   }
-  size_t first = (size_t)__builtin_ctzll(runs);
-  uint64_t mask = slice_mask(first, slices);
-  segment_take_purged(segment, mask);
-  heap->purge_pending_bytes -= pending_bytes(segment, mask);
-  bool is_zero = (segment->dirty_slices & mask) == 0;
-  os_commit_note((ptrdiff_t)(bit_count(mask & ~segment->dirty_slices) * SLICE_SIZE));
-  segment->free_slices &= ~mask;
-  segment->dirty_slices |= mask;
-  segment->lazy_slices &= ~mask;
-  if (segment->free_slices == 0) heap_segment_unlink(heap, segment);
-  for (size_t i = first; i < first + slices; i++) segment_slice_set_page(segment, i, first);
-  shoal_page_t *page = &segment->pages[first];
-  memset(page, 0, sizeof *page);
-  page->slice_count = (uint8_t)slices;
-  page->is_zero = is_zero;
-  page->start = (uint8_t *)segment + first * SLICE_SIZE;
-  page->size_class = CLASS_NONE;
-  page->flags = PAGE_UNUSED; /* until page_init */
-  page_publish_shape(page);
-  owner_count_add(&heap->pages_taken, 1);
-  return page;
+  return segment_take_run(heap, segment, runs, slices);
+}
+
+/* Only slices still resident: lending them saves the borrower a fault per
+ * page and the process memory it would map beside them. */
+shoal_page_t *segment_page_lend(shoal_heap_t *owner, size_t slices) {
+  for (shoal_segment_t *segment = owner->segments; segment != NULL; segment = segment->next) {
+    uint64_t runs =
+        free_runs(segment->free_slices & segment->dirty_slices & ~segment->lazy_slices, slices);
+    if (runs != 0) {
+      shoal_page_t *page = segment_take_run(owner, segment, runs, slices);
+      atomic_store_explicit(&page->guest, GUEST_PAGE, memory_order_relaxed);
+      return page;
+    }
+  }
+  return NULL;
 }
 
 /* Grow a single-block page in place over the free slices that follow it;
@@ -256,6 +278,7 @@ void segment_page_free(shoal_heap_t *heap, shoal_page_t *page) {
   page->size_class = CLASS_NONE;
   page->block_size = 0;
   page->flags = PAGE_UNUSED;
+  atomic_store_explicit(&page->guest, 0, memory_order_relaxed);
   page_publish_shape(page);
   page->free = NULL;
   page->used = page->used_at_fold = 0;
