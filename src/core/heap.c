@@ -41,18 +41,19 @@ static _Thread_local bool thread_exited; /* its heap was abandoned at its exit *
 core_hooks_t core_hooks;
 
 /* A few heaps for others to find, by hint: entries may be stale, each is
- * checked when held. */
-#define HEAP_SLOTS 16
+ * checked when held. `count` slots of HEAP_SLOTS_MAX are used. */
+#define HEAP_SLOTS_MAX 64
 typedef struct heap_slots_s {
-  _Atomic(shoal_heap_t *) heaps[HEAP_SLOTS];
+  size_t count;
+  _Atomic(shoal_heap_t *) heaps[HEAP_SLOTS_MAX];
   _Atomic(unsigned) next;
 } heap_slots_t;
 
 static void heap_slots_note(heap_slots_t *slots, shoal_heap_t *heap) {
-  for (size_t i = 0; i < HEAP_SLOTS; i++)
+  for (size_t i = 0; i < slots->count; i++)
     if (atomic_load_explicit(&slots->heaps[i], memory_order_relaxed) == heap) return;
   unsigned slot = atomic_fetch_add_explicit(&slots->next, 1, memory_order_relaxed);
-  atomic_store_explicit(&slots->heaps[slot % HEAP_SLOTS], heap, memory_order_relaxed);
+  atomic_store_explicit(&slots->heaps[slot % slots->count], heap, memory_order_relaxed);
 }
 
 /* Slot i no longer names `heap`, unless noted again meanwhile. */
@@ -163,7 +164,7 @@ static _Thread_local shoal_heap_t *serving_counts_in;
  * a heap that needs a page and has no free slice borrows one there
  * (heap_borrow_page) before the arena maps memory. */
 #define LEND_MIN_PENDING_BYTES (1 * SLICE_SIZE)
-static heap_slots_t lenders;
+static heap_slots_t lenders = {.count = 64};
 
 static void heap_give_back_guest(shoal_heap_t *heap, shoal_page_t *page);
 
@@ -532,7 +533,7 @@ static void heap_release_other(shoal_heap_t *heap) {
  * the borrower's own included (the segment names the lender). Empty, it
  * goes back to the heap that holds its segment then. */
 static shoal_page_t *heap_borrow_page(shoal_heap_t *heap, uint8_t size_class) {
-  for (size_t i = 0; i < HEAP_SLOTS; i++) {
+  for (size_t i = 0; i < lenders.count; i++) {
     shoal_heap_t *lender = atomic_load_explicit(&lenders.heaps[i], memory_order_relaxed);
     if (lender == NULL || lender == heap || !heap_hold_other(lender)) continue;
     shoal_page_t *page = segment_page_lend(lender, class_slices[size_class]);
@@ -580,10 +581,10 @@ static void heap_give_back_guest(shoal_heap_t *heap, shoal_page_t *page) {
  * producer blocked on a full queue otherwise keeps, beside the blocks its
  * consumers freed, the free slices of its segments, which no other
  * producer can use. Entries may be stale: each is checked when held. */
-static heap_slots_t idle_heaps;
+static heap_slots_t idle_heaps = {.count = 16};
 
 static bool heap_take_idle_segment(shoal_heap_t *heap) {
-  for (size_t i = 0; i < HEAP_SLOTS; i++) {
+  for (size_t i = 0; i < idle_heaps.count; i++) {
     shoal_heap_t *idle = atomic_load_explicit(&idle_heaps.heaps[i], memory_order_relaxed);
     if (idle == NULL || idle == heap || !heap_hold_other(idle)) continue;
     bool taken =
@@ -627,7 +628,7 @@ static void heap_serve_idle(shoal_heap_t *heap) {
 
 /* Each idle heap noted, served again: its purge may be due. */
 static void heap_serve_all_idle(void) {
-  for (size_t i = 0; i < HEAP_SLOTS; i++) {
+  for (size_t i = 0; i < idle_heaps.count; i++) {
     shoal_heap_t *idle = atomic_load_explicit(&idle_heaps.heaps[i], memory_order_relaxed);
     if (idle != NULL) heap_serve_idle(idle);
   }
