@@ -135,10 +135,11 @@ typedef struct shoal_page_s {
   uint8_t flags;                     /* PAGE_FULL, PAGE_UNUSED: 0 on the fast path */
   uint8_t is_zero;                   /* free blocks are zero beyond word 0 (fresh memory) */
   /* GUEST_PAGE: a page of this heap in another heap's segment (heap.c,
-   * heap_borrow_page). Its free_limit stays 0: the segment's heap, whose
-   * free takes its blocks for its own, finds no block here and sends them
-   * on (free_slow). GUEST_RETURNING: empty, on its way back to the heap
-   * that holds the segment, through that heap's notify stack. */
+   * heap_borrow_page). Its free_limit stays 0 (page_set_free_limit): the
+   * segment's heap, whose free takes its blocks for its own, finds no block
+   * here and sends them on (free_slow). GUEST_RETURNING: empty, on its way
+   * back to the heap that holds the segment, through that heap's notify
+   * stack. */
   _Atomic(uint8_t) guest; /* read by the segment's heap's walks (heap_take_segment) */
   /* (owner) What the statistics need, kept where malloc already writes
    * (page_fold_counters): blocks handed out since the counts last went to
@@ -194,14 +195,18 @@ static inline bool is_carved_block(const uint8_t *start, uint64_t divisor, uint6
   return (uint64_t)offset * divisor < limit;
 }
 
+/* free_limit, but a guest's: that stays the 0 its descriptor was cleared
+ * to, never written while the segment's heap may read it in a free. */
+static inline void page_set_free_limit(shoal_page_t *page, uint64_t limit) {
+  if (atomic_load_explicit(&page->guest, memory_order_relaxed) == 0) page->free_limit = limit;
+}
 /* After carving more blocks, or parking and unparking. A page with flags
  * set (parked, unused) gets no free_limit: every pointer then fails the
  * fast path's block test, which so needs no test of its own for them. */
 static inline void page_publish_extent(shoal_page_t *page) {
   uint64_t limit = block_limit(page->shared_divisor, page->block_size, page->capacity);
   atomic_store_explicit(&page->shared_limit, limit, memory_order_relaxed);
-  bool guest = atomic_load_explicit(&page->guest, memory_order_relaxed) != 0;
-  page->free_limit = page->flags == 0 && !guest ? limit : 0;
+  page_set_free_limit(page, page->flags == 0 ? limit : 0);
 }
 /* After changing start, block_size, size_class or flags. */
 static inline void page_publish_shape(shoal_page_t *page) {
@@ -213,7 +218,7 @@ static inline void page_publish_shape(shoal_page_t *page) {
 }
 static inline void page_mark_parked(shoal_page_t *page) {
   page->flags |= PAGE_FULL;
-  page->free_limit = 0;
+  page_set_free_limit(page, 0);
 }
 static inline void page_mark_unparked(shoal_page_t *page) {
   page->flags &= (uint8_t)~PAGE_FULL;
