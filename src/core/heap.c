@@ -20,7 +20,9 @@
  * slow lock, which the owner holds through its own slow paths (never its
  * fast paths), it returns the empty pages, parks the others again for the
  * owner, and purges; a heap short of slices takes a half-free segment of
- * such an idle heap before the arena maps one (heap_take_idle_segment). */
+ * such an idle heap before the arena maps one (heap_take_idle_segment), or
+ * borrows a page's worth of another heap's resident free slices: a guest
+ * page, its own, in that heap's segment (heap_borrow_page). */
 #define _GNU_SOURCE
 #include "core/internal.h"
 
