@@ -128,15 +128,7 @@ static void witnesses_check_and_free(void) {
 /* After an ignored double free the block is free once: `count` allocations
  * of its size never return one block twice. */
 static void check_not_handed_out_twice(size_t size, int count) {
-  void *blocks[64];
-  CHECK(count <= 64);
-  for (int i = 0; i < count; i++) {
-    blocks[i] = malloc(size);
-    CHECK(blocks[i] != NULL);
-    for (int j = 0; j < i; j++)
-      CHECK_CTX(blocks[j] != blocks[i], "block %p was handed out twice", blocks[i]);
-  }
-  for (int i = 0; i < count; i++) free(blocks[i]);
+  check_handed_out_once(malloc, free, size, count);
 }
 
 /* Allocate and free `bytes` of 1000-byte blocks: the oldest quarantined

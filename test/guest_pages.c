@@ -101,15 +101,7 @@ static void *borrower_run(void *argument) {
   fprintf(stderr, "guest_pages: a double free on purpose, whose report follows\n");
   shoal_free(b_blocks[1]);
   shoal_option_set(SHOAL_OPTION_ABORT_ON_ERROR, 1);
-  enum { AGAIN = 2 * 64 };
-  void *again[AGAIN];
-  for (size_t i = 0; i < AGAIN; i++) {
-    again[i] = shoal_malloc(BLOCK_BYTES);
-    CHECK(again[i] != NULL);
-    for (size_t j = 0; j < i; j++)
-      CHECK_CTX(again[j] != again[i], "block %p was handed out twice", again[i]);
-  }
-  for (size_t i = 0; i < AGAIN; i++) shoal_free(again[i]);
+  check_handed_out_once(shoal_malloc, shoal_free, BLOCK_BYTES, 2 * 64);
   shoal_collect(true);
   pthread_barrier_wait(&step); /* 4 */
   return NULL;

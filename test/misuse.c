@@ -45,15 +45,7 @@ static void announce(const void *bad_pointer) {
 /* After an ignored double free of a block of `size` bytes the block must be
  * free exactly once: two allocations of that size never return it twice. */
 static void check_not_handed_out_twice(size_t size) {
-  enum { COUNT = 64 };
-  void *blocks[COUNT];
-  for (int i = 0; i < COUNT; i++) {
-    blocks[i] = malloc(size);
-    CHECK(blocks[i] != NULL);
-    for (int j = 0; j < i; j++)
-      CHECK_CTX(blocks[j] != blocks[i], "block %p was handed out twice", blocks[i]);
-  }
-  for (int i = 0; i < COUNT; i++) free(blocks[i]);
+  check_handed_out_once(malloc, free, size, 64);
 }
 
 static char static_array[256];

@@ -307,4 +307,19 @@ static inline int is_aligned(const void *pointer, size_t alignment) {
   return ((uintptr_t)pointer & (alignment - 1)) == 0;
 }
 
+/* After an ignored double free the block is free once: `count` (at most
+ * 128) allocations of `size` never return one block twice. */
+static inline void check_handed_out_once(void *(*allocate)(size_t), void (*release)(void *),
+                                         size_t size, int count) {
+  void *blocks[128];
+  CHECK(count <= 128);
+  for (int i = 0; i < count; i++) {
+    blocks[i] = allocate(size);
+    CHECK(blocks[i] != NULL);
+    for (int j = 0; j < i; j++)
+      CHECK_CTX(blocks[j] != blocks[i], "block %p was handed out twice", blocks[i]);
+  }
+  for (int i = 0; i < count; i++) release(blocks[i]);
+}
+
 #endif /* SHOAL_TESTHELPER_H */

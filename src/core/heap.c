@@ -331,8 +331,9 @@ static void heap_take_notified_kept_parked(shoal_heap_t *heap, shoal_page_t *pag
   }
 }
 
-/* An empty guest page that its heap gave back (heap_give_back_guest): to
- * this heap's segment, or on to the heap that holds the segment now. */
+/* An empty guest page on its way back (heap_give_back_guest): to this
+ * heap's segment, or on to the notify stack of the heap that holds the
+ * segment now. */
 static void heap_take_returned_guest(shoal_heap_t *heap, shoal_page_t *page) {
   shoal_heap_t *holder = atomic_load_explicit(&segment_of(page)->heap, memory_order_relaxed);
   if (holder == heap) {
@@ -558,22 +559,15 @@ static shoal_page_t *heap_borrow_page(shoal_heap_t *heap, uint8_t size_class) {
 static void heap_give_back_guest(shoal_heap_t *heap, shoal_page_t *page) {
   shoal_segment_t *segment = segment_of(page);
   shoal_heap_t *holder = atomic_load_explicit(&segment->heap, memory_order_relaxed);
-  if (holder == heap) { /* its segment came to this heap meanwhile */
-    heap_slices_back(heap, page);
-    return;
-  }
-  if (heap_hold_other(holder)) {
+  if (holder != heap && heap_hold_other(holder)) {
     bool still_held = atomic_load_explicit(&segment->heap, memory_order_relaxed) == holder;
     if (still_held) heap_slices_back(holder, page);
     heap_release_other(holder);
     if (still_held) return;
-    holder = atomic_load_explicit(&segment->heap, memory_order_relaxed);
   }
   atomic_store_explicit(&page->guest, GUEST_RETURNING, memory_order_relaxed);
   page_mark_parked(page); /* off every fast path */
-  atomic_store_explicit(&page->owner, (uintptr_t)holder, memory_order_relaxed);
-  shoal_heap_t *to_serve = page_notify(page, holder);
-  if (to_serve != NULL) heap_serve(to_serve);
+  heap_take_returned_guest(heap, page);
 }
 
 /* Heaps served lately for an idle owner (heap_serve_idle) that kept free
