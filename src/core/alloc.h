@@ -65,12 +65,17 @@ fast_path void *alloc_fast(size_t size, caller_t caller) {
 }
 
 /* The first thing a malloc slow exit tries, for sizes above DIRECT_MAX: the
- * class by bit arithmetic, then the same pop from the first page of its
- * queue, or the page's next never-used block when no block was freed into
- * it (page_bump). NULL: the slow path's turn. */
+ * class by bit arithmetic, then the same pop from the class's remote cache
+ * (other threads' blocks this thread freed: reused first, as the direct
+ * pages of small classes do), from the first page of its queue, or the
+ * page's next never-used block when no block was freed into it
+ * (page_bump). NULL: the slow path's turn. */
 fast_path void *alloc_medium_pop(shoal_heap_t *heap, size_t size) {
   if (likely(size > DIRECT_MAX && size <= MEDIUM_MAX)) {
-    shoal_page_t *page = heap->queues[size_class_of_large(size)].first;
+    uint8_t size_class = size_class_of_large(size);
+    shoal_page_t *cache = &heap->remote_cache[size_class];
+    if (cache->free != NULL) return page_pop(heap, cache);
+    shoal_page_t *page = heap->queues[size_class].first;
     if (likely(page != NULL)) {
       if (likely(page->free != NULL)) return page_pop(heap, page);
       if (page->capacity < page->reserved &&
@@ -87,7 +92,8 @@ fast_path void *alloc_medium_pop(shoal_heap_t *heap, size_t size) {
  * folded. Only a thread that allocates the class itself keeps such blocks
  * (one that only frees would strand them; one whose first malloc of the
  * class they served would write into the other thread's cache lines), at
- * most REMOTE_CACHE_BYTES a class. Reads only the page's shared line, with
+ * most REMOTE_CACHE_BYTES a small class and REMOTE_CACHE_MEDIUM a
+ * medium one (internal.h says why so few). Reads only the page's shared line, with
  * the same checks as the local path: false sends the block on to the slow
  * exits, which also report every error. A thread without a heap, or whose
  * heap is parked while a diagnostic interposes, has no queued page. */
@@ -101,7 +107,8 @@ fast_path bool remote_cache_push(shoal_heap_t *heap, shoal_page_t *page, void *p
   uint32_t block_size = page->shared_block_size;
   /* Room first: a full cache sends the block on before the checks that
    * free_not_local makes again. */
-  if ((cache->capacity - cache->used) * block_size >= REMOTE_CACHE_BYTES) return false;
+  size_t room = size_class < DIRECT_CLASSES ? REMOTE_CACHE_BYTES : REMOTE_CACHE_MEDIUM;
+  if ((cache->capacity - cache->used) * block_size >= room) return false;
   uint64_t limit = atomic_load_explicit(&page->shared_limit, memory_order_relaxed);
   if (!is_carved_block(page->shared_start, page->shared_divisor, limit, p) || block->key == key ||
       size_hint > block_size)

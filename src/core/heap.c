@@ -730,7 +730,7 @@ static shoal_page_t *heap_find_page(shoal_heap_t *heap, uint8_t size_class) {
   if (size_class < REMOTE_CACHE_CLASSES) {
     shoal_page_t *cache = &heap->remote_cache[size_class];
     if (cache->free != NULL) {
-      heap_direct_set(heap, size_class, cache);
+      if (size_class < DIRECT_CLASSES) heap_direct_set(heap, size_class, cache);
       return cache;
     }
     remote_cache_reset(heap, size_class);
@@ -801,7 +801,7 @@ void *heap_malloc_medium(shoal_heap_t *heap, size_t size) {
   shoal_page_t *page = heap->queues[size_class].first;
   /* A small class gets here when its direct page ran dry: find_page also
    * re-points the direct slots. */
-  if (size_class < REMOTE_CACHE_CLASSES || page == NULL || page->free == NULL) {
+  if (size_class < DIRECT_CLASSES || page == NULL || page->free == NULL) {
     if (page != NULL) page_fold_counters(heap, page);
     page = heap_find_page(heap, size_class);
     if (page == NULL) return out_of_memory();

@@ -51,9 +51,10 @@ static void *free_the_rest(void *arg) {
 }
 
 static void test_outbox(void) {
-  /* A class beyond the remote cache's (which keeps other threads' small
-   * blocks for the freeing thread's own mallocs), so every free goes to the
-   * outbox: 56 blocks a page, sent home four at a time. */
+  /* The freeing threads allocate nothing, so their remote caches (which
+   * keep other threads' blocks of a class the freeing thread allocates)
+   * take none, and every free goes to the outbox: 56 blocks a page, sent
+   * home four at a time. */
   enum { SIZE = 1100, FEW = 3 };
   /* A page of our own from its first block: blocks until one opens a page. */
   static void *before_it[1024];
@@ -73,7 +74,6 @@ static void test_outbox(void) {
   }
   CHECK(count == outbox_page->reserved && count <= 1024);
   CHECK(FEW * outbox_page->block_size < OUTBOX_BYTES && count * SIZE > OUTBOX_BYTES);
-  CHECK(outbox_page->size_class >= REMOTE_CACHE_CLASSES);
   uint32_t used = outbox_page->used;
   pthread_t thread;
   CHECK(pthread_create(&thread, NULL, free_a_few_then_collect, (void *)(uintptr_t)FEW) == 0);
@@ -89,6 +89,57 @@ static void test_outbox(void) {
   CHECK(on_list == count);
   for (size_t i = 0; i < before_count; i++) shoal_free(before_it[i]);
   shoal_collect(true);
+}
+
+/* ---- a medium block freed for another thread serves the freer ---- */
+
+enum { CACHED_SIZE = 3000, CACHED_COUNT = 8 };
+static void *cached_blocks[CACHED_COUNT];
+
+static void *allocate_medium(void *arg) {
+  (void)arg;
+  for (size_t i = 0; i < CACHED_COUNT; i++) {
+    cached_blocks[i] = shoal_malloc(CACHED_SIZE);
+    memset(cached_blocks[i], (int)i + 1, CACHED_SIZE);
+  }
+  return thread_heap;
+}
+
+static void test_medium_remote_cache(void) {
+  uint8_t size_class = size_class_of(CACHED_SIZE);
+  size_t block_size = class_block_size[size_class];
+  CHECK(block_size > DIRECT_MAX && size_class < REMOTE_CACHE_CLASSES);
+  size_t kept = (REMOTE_CACHE_MEDIUM + block_size - 1) / block_size;
+  CHECK(kept >= 1 && kept < CACHED_COUNT);
+  void *own = shoal_malloc(CACHED_SIZE); /* this thread allocates the class */
+  pthread_t thread;
+  shoal_heap_t *other;
+  CHECK(pthread_create(&thread, NULL, allocate_medium, NULL) == 0);
+  pthread_join(thread, (void **)&other);
+  for (size_t i = 0; i < CACHED_COUNT; i++) {
+    CHECK(((uint8_t *)cached_blocks[i])[CACHED_SIZE - 1] == i + 1); /* contents survive */
+    shoal_free(cached_blocks[i]);
+  }
+  /* The first `kept` stay here, the rest go home (outbox, then page). */
+  shoal_page_t *cache = &thread_heap->remote_cache[size_class];
+  CHECK(cache->capacity - cache->used == kept);
+  shoal_free(own);
+  void *again[CACHED_COUNT];
+  for (size_t i = 0; i < kept; i++) {
+    again[i] = shoal_malloc(CACHED_SIZE);
+    bool was_kept = false;
+    for (size_t k = 0; k < kept; k++) was_kept |= again[i] == cached_blocks[k];
+    CHECK(was_kept && segment_of(again[i])->heap == other);
+    memset(again[i], 0x5a, CACHED_SIZE);
+  }
+  CHECK(cache->free == NULL);
+  void *next = shoal_malloc(CACHED_SIZE); /* the cache is empty: a page of our own */
+  CHECK(segment_of(next)->heap == thread_heap);
+  shoal_free(next);
+  for (size_t i = 0; i < kept; i++) shoal_free(again[i]); /* kept again */
+  CHECK(cache->capacity - cache->used == kept);
+  shoal_collect(true); /* sends them home */
+  CHECK(cache->free == NULL);
 }
 
 /* ---- a live thread reuses a dead thread's segments ---- */
@@ -196,6 +247,7 @@ static void test_cached_segment_pending(void) {
 
 int main(void) {
   test_outbox();
+  test_medium_remote_cache();
   test_cached_segment_pending();
   test_dead_segment_reuse();
   /* A page: blocks are consecutive in one page until it is full. */
