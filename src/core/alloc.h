@@ -68,8 +68,9 @@ fast_path void *alloc_fast(size_t size, caller_t caller) {
  * class by bit arithmetic, then the same pop from the class's remote cache
  * (other threads' blocks this thread freed: reused first, as the direct
  * pages of small classes do), from the first page of its queue, or the
- * page's next never-used block when no block was freed into it
- * (page_bump). NULL: the slow path's turn. */
+ * page's next never-used block when no block was freed into it and no
+ * other page of the class may hold freed ones (page_bump). NULL: the slow
+ * path's turn. */
 fast_path void *alloc_medium_pop(shoal_heap_t *heap, size_t size) {
   if (likely(size > DIRECT_MAX && size <= MEDIUM_MAX)) {
     uint8_t size_class = size_class_of_large(size);
@@ -78,7 +79,7 @@ fast_path void *alloc_medium_pop(shoal_heap_t *heap, size_t size) {
     shoal_page_t *page = heap->queues[size_class].first;
     if (likely(page != NULL)) {
       if (likely(page->free != NULL)) return page_pop(heap, page);
-      if (page->capacity < page->reserved &&
+      if (page->capacity < page->reserved && page->next == NULL &&
           atomic_load_explicit(&page->xthread_free, memory_order_relaxed) == 0)
         return page_bump(page);
     }

@@ -674,26 +674,39 @@ static shoal_page_t *heap_fresh_page(shoal_heap_t *heap, uint8_t size_class) {
   return page;
 }
 
+static shoal_page_t *heap_serve_from_front(shoal_heap_t *heap, shoal_page_t *page) {
+  if (heap->queues[page->size_class].first != page) {
+    queue_remove(heap, page);
+    heap_queue_push(heap, page);
+  }
+  return page;
+}
+
+/* Blocks freed into any page of the queue come before never-used ones:
+ * carving the first page further while the pages behind it hold freed
+ * blocks touches fresh memory that the program does not need (rptest: a
+ * thread's own frees land in all of its pages of a class). Pages with
+ * neither are parked. */
 static shoal_page_t *heap_find_queued_page(shoal_heap_t *heap, uint8_t size_class) {
   shoal_page_t *page = heap->queues[size_class].first;
+  shoal_page_t *extensible = NULL;
   while (page != NULL) {
     shoal_page_t *next = page->next;
     if (page->free == NULL) page_collect(page);
-    if (page->free != NULL || page_extend(page)) {
-      if (heap->queues[size_class].first != page) { /* serve from the front */
-        queue_remove(heap, page);
+    if (page->free != NULL) return heap_serve_from_front(heap, page);
+    if (page->capacity < page->reserved) {
+      if (extensible == NULL) extensible = page;
+    } else {
+      queue_remove(heap, page);
+      if (!heap_park(heap, page)) { /* remote frees arrived meanwhile */
+        page_collect(page);
         heap_queue_push(heap, page);
+        return page;
       }
-      return page;
-    }
-    queue_remove(heap, page);
-    if (!heap_park(heap, page)) { /* remote frees arrived meanwhile */
-      page_collect(page);
-      heap_queue_push(heap, page);
-      return page;
     }
     page = next;
   }
+  if (extensible != NULL && page_extend(extensible)) return heap_serve_from_front(heap, extensible);
   return heap_fresh_page(heap, size_class);
 }
 

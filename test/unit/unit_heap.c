@@ -1,7 +1,9 @@
 /* segment, page and heap layers seen from inside: a page serves its blocks
  * at its own addresses, parks when full, is notified by a remote free, and
  * returns to its segment when empty; another thread's frees go home a chain
- * at a time, counted; a dead thread's heap is serviced by a remote free and
+ * at a time, counted, or serve the freeing thread's own mallocs of their
+ * class; blocks freed into any page of a class are used before never-used
+ * ones; a dead thread's heap is serviced by a remote free and
  * adopted by the next thread, or gives a segment at a time to a live one
  * that needs memory; a heap that takes a cached segment counts its touched
  * slices as its own to purge. */
@@ -142,6 +144,39 @@ static void test_medium_remote_cache(void) {
   CHECK(cache->free == NULL);
 }
 
+/* ---- blocks freed into a page behind the first come before fresh ones ---- */
+
+static void test_freed_before_fresh(void) {
+  enum { SIZE = 3000 };
+  static void *filled[1024];
+  size_t count = 0;
+  shoal_page_t *first_page;
+  for (;;) { /* blocks until one opens a page of its own */
+    CHECK(count < 1024);
+    filled[count] = shoal_malloc(SIZE);
+    first_page = segment_page_of(segment_of(filled[count]), filled[count]);
+    count++;
+    if (first_page->used == 1) break;
+  }
+  size_t opened_at = count - 1;
+  while (first_page->used < first_page->reserved) {
+    CHECK(count < 1024);
+    filled[count++] = shoal_malloc(SIZE);
+  }
+  void *in_second = shoal_malloc(SIZE); /* a new page, carved one block at a time */
+  shoal_page_t *second_page = segment_page_of(segment_of(in_second), in_second);
+  CHECK(second_page != first_page && second_page->capacity < second_page->reserved);
+  void *freed = filled[opened_at + 3];
+  shoal_free(freed);
+  void *next = shoal_malloc(SIZE);
+  CHECK(next == freed); /* not the second page's next never-used block */
+  shoal_free(next);
+  shoal_free(in_second);
+  for (size_t i = 0; i < count; i++)
+    if (filled[i] != freed) shoal_free(filled[i]);
+  shoal_collect(true);
+}
+
 /* ---- a live thread reuses a dead thread's segments ---- */
 
 enum { DEAD_BLOCKS = 3000, DEAD_KEPT_EVERY = 500, DEAD_SIZE = 4096 };
@@ -248,6 +283,7 @@ static void test_cached_segment_pending(void) {
 int main(void) {
   test_outbox();
   test_medium_remote_cache();
+  test_freed_before_fresh();
   test_cached_segment_pending();
   test_dead_segment_reuse();
   /* A page: blocks are consecutive in one page until it is full. */
