@@ -101,7 +101,7 @@ fast_path void *alloc_medium_pop(shoal_heap_t *heap, size_t size) {
 fast_path bool remote_cache_push(shoal_heap_t *heap, shoal_page_t *page, void *p,
                                  size_t size_hint) {
   uint8_t size_class = page->shared_class;
-  if (size_class >= REMOTE_CACHE_CLASSES || heap->queues[size_class].first == NULL) return false;
+  if (size_class >= CLASS_COUNT || heap->queues[size_class].first == NULL) return false;
   shoal_page_t *cache = &heap->remote_cache[size_class];
   shoal_block_t *block = p;
   uintptr_t key = heap->free_key;

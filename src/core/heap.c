@@ -66,8 +66,10 @@ static void heap_slots_forget(heap_slots_t *slots, size_t i, shoal_heap_t *heap)
 
 /* ---- queues ---- */
 
-/* Point the direct slots of a small class at a page. */
+/* Point the direct slots of a small class at a page (a medium class has
+ * none: its pages are found through its queue). */
 static void heap_direct_set(shoal_heap_t *heap, uint8_t size_class, shoal_page_t *page) {
+  if (size_class >= DIRECT_CLASSES) return;
   size_t slot = (size_t)(class_block_size[size_class] / WORD_SIZE);
   while (direct_class[slot] == size_class) {
     heap->direct_page[slot] = page;
@@ -78,7 +80,6 @@ static void heap_direct_set(shoal_heap_t *heap, uint8_t size_class, shoal_page_t
 
 /* Keep direct_page in step with the first page of each small class. */
 static void heap_direct_update(shoal_heap_t *heap, uint8_t size_class) {
-  if (class_block_size[size_class] > DIRECT_MAX) return;
   shoal_page_t *page = heap->queues[size_class].first;
   heap_direct_set(heap, size_class, page != NULL ? page : &page_empty);
 }
@@ -740,16 +741,14 @@ static void remote_cache_reset(shoal_heap_t *heap, uint8_t size_class) {
  * already, and using them sends nothing back across threads. */
 static shoal_page_t *heap_find_page(shoal_heap_t *heap, uint8_t size_class) {
   heap_drain_notified(heap);
-  if (size_class < REMOTE_CACHE_CLASSES) {
-    shoal_page_t *cache = &heap->remote_cache[size_class];
-    if (cache->free != NULL) {
-      if (size_class < DIRECT_CLASSES) heap_direct_set(heap, size_class, cache);
-      return cache;
-    }
-    remote_cache_reset(heap, size_class);
+  shoal_page_t *cache = &heap->remote_cache[size_class];
+  if (cache->free != NULL) {
+    heap_direct_set(heap, size_class, cache);
+    return cache;
   }
+  remote_cache_reset(heap, size_class);
   shoal_page_t *page = heap_find_queued_page(heap, size_class);
-  if (size_class < REMOTE_CACHE_CLASSES) heap_direct_update(heap, size_class);
+  heap_direct_update(heap, size_class);
   return page;
 }
 
@@ -790,7 +789,7 @@ void heap_outbox_flush(shoal_heap_t *heap) {
 
 /* Send every cached block home, e.g. when the thread ends. */
 void heap_remote_cache_flush(shoal_heap_t *heap) {
-  for (uint8_t size_class = 0; size_class < REMOTE_CACHE_CLASSES; size_class++) {
+  for (uint8_t size_class = 0; size_class < CLASS_COUNT; size_class++) {
     shoal_page_t *cache = &heap->remote_cache[size_class];
     shoal_block_t *block = cache->free;
     remote_cache_reset(heap, size_class);
@@ -944,7 +943,7 @@ void heap_fold_counters(shoal_heap_t *heap) {
     page_fold_counters(heap, page);
   for (shoal_page_t *page = heap->reparked.first; page != NULL; page = page->next)
     page_fold_counters(heap, page);
-  for (uint8_t size_class = 0; size_class < REMOTE_CACHE_CLASSES; size_class++)
+  for (uint8_t size_class = 0; size_class < CLASS_COUNT; size_class++)
     remote_cache_fold(heap, size_class);
   heap_slow_exit(heap);
 }

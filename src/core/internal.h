@@ -75,7 +75,6 @@ typedef const void *caller_t;
 #define EXTEND_BYTES           4096        /* carve fresh blocks an OS page at a time */
 #define HUGE_BLOCK_OFFSET      SLICE_SIZE  /* block of a huge segment starts here */
 #define DIRECT_CLASSES         32          /* the classes up to DIRECT_MAX */
-#define REMOTE_CACHE_CLASSES   CLASS_COUNT /* every class up to MEDIUM_MAX */
 #define REMOTE_CACHE_BYTES     (32 * 1024) /* per small class, of other threads' blocks kept */
 #define OUTBOX_SLOTS           64          /* pages other threads own, gathered at once */
 #define OUTBOX_BYTES           (4 * 1024)  /* a page's gathered blocks go home at this */
@@ -327,7 +326,7 @@ typedef struct shoal_heap_s {
    * any other (alloc.h, remote_cache_push): capacity counts pushes and used
    * pops since it was last empty, reserved the pushes counted as frees.
    * Only these and `free` are set: a cache is never found by a free. */
-  shoal_page_t remote_cache[REMOTE_CACHE_CLASSES];
+  shoal_page_t remote_cache[CLASS_COUNT];
   /* (owner) Other threads' blocks this thread freed beyond the cache,
    * gathered by page (a slot per page, by hash) and sent home a chain at a
    * time: one CAS for OUTBOX_BYTES of blocks, not one a block. */

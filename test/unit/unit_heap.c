@@ -110,7 +110,7 @@ static void *allocate_medium(void *arg) {
 static void test_medium_remote_cache(void) {
   uint8_t size_class = size_class_of(CACHED_SIZE);
   size_t block_size = class_block_size[size_class];
-  CHECK(block_size > DIRECT_MAX && size_class < REMOTE_CACHE_CLASSES);
+  CHECK(block_size > DIRECT_MAX && size_class < CLASS_COUNT);
   size_t kept = (REMOTE_CACHE_MEDIUM + block_size - 1) / block_size;
   CHECK(kept >= 1 && kept < CACHED_COUNT);
   void *own = shoal_malloc(CACHED_SIZE); /* this thread allocates the class */
