@@ -258,8 +258,14 @@ void arena_cache_trim(bool force) {
   for (size_t i = 0; i < unmapped_count; i++) segment_unmap(unmapped[i]);
 }
 
+_Static_assert(offsetof(shoal_heap_t, remote_cache) <= 4096,
+               "what every thread writes of its heap fits in one OS page");
+
 static shoal_heap_t *heap_carve(void) {
-  size_t size = (sizeof(shoal_heap_t) + 63) & ~(size_t)63;
+  /* Page-aligned: the fields every thread writes stay in the heap's first
+   * page (internal.h), not across two. */
+  size_t page = os_page_size();
+  size_t size = (sizeof(shoal_heap_t) + page - 1) & ~(page - 1);
   if (arena.heap_chunk_left < size) {
     uint8_t *chunk = os_map_aligned(HEAP_CHUNK_SIZE, os_page_size());
     if (chunk == NULL) return NULL;

@@ -321,16 +321,6 @@ typedef struct shoal_heap_s {
    * summed over the heaps, is the process's page count (a page may be given
    * back by another heap than took it). Kept with or without statistics. */
   _Atomic(size_t) pages_taken, pages_given;
-  /* (owner) Other threads' blocks this thread freed, kept to serve its own
-   * next allocations of the class, as a pseudo page the fast path pops like
-   * any other (alloc.h, remote_cache_push): capacity counts pushes and used
-   * pops since it was last empty, reserved the pushes counted as frees.
-   * Only these and `free` are set: a cache is never found by a free. */
-  shoal_page_t remote_cache[CLASS_COUNT];
-  /* (owner) Other threads' blocks this thread freed beyond the cache,
-   * gathered by page (a slot per page, by hash) and sent home a chain at a
-   * time: one CAS for OUTBOX_BYTES of blocks, not one a block. */
-  outbox_slot_t outbox[OUTBOX_SLOTS];
   uint64_t outbox_occupied;     /* (owner) a bit per slot holding blocks */
   size_t purge_pending_bytes;   /* (owner) free dirty slice bytes not yet purged */
   _Atomic(int64_t) purge_at_ms; /* (owner, read by a free) when to purge them; 0: nothing pending */
@@ -344,6 +334,21 @@ typedef struct shoal_heap_s {
   _Atomic(shoal_page_t *) notified cache_aligned; /* (atomic) full pages that got remote frees */
   _Atomic(size_t) notified_slices;                /* (atomic) their slices, about: a drain resets */
   _Atomic(int) state;                             /* (atomic) heap_state_t */
+  /* The sparse part, past the first OS page (heaps are carved page-aligned,
+   * arena.c): a thread writes here only when it frees other threads'
+   * blocks, and then only the entries of their classes. A thread that frees
+   * only its own so costs one page of heap, not five.
+   *
+   * (owner) Other threads' blocks this thread freed, kept to serve its own
+   * next allocations of the class, as a pseudo page the fast path pops like
+   * any other (alloc.h, remote_cache_push): capacity counts pushes and used
+   * pops since it was last empty, reserved the pushes counted as frees.
+   * Only these and `free` are set: a cache is never found by a free. */
+  shoal_page_t remote_cache[CLASS_COUNT] cache_aligned;
+  /* (owner) Other threads' blocks this thread freed beyond the cache,
+   * gathered by page (a slot per page, by hash) and sent home a chain at a
+   * time: one CAS for OUTBOX_BYTES of blocks, not one a block. */
+  outbox_slot_t outbox[OUTBOX_SLOTS];
 } cache_aligned shoal_heap_t;
 
 /* ---- lock.c: spin with pause, then yield, then futex; never a fixed sleep ---- */

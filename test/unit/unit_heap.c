@@ -6,12 +6,17 @@
  * ones; a dead thread's heap is serviced by a remote free and
  * adopted by the next thread, or gives a segment at a time to a live one
  * that needs memory; a heap that takes a cached segment counts its touched
- * slices as its own to purge. */
+ * slices as its own to purge; a thread that frees only its own blocks
+ * touches one page of its heap. */
 #include "../testhelper.h"
 #include "core/internal.h"
 
 #include <pthread.h>
 #include <string.h>
+#ifdef __linux__
+#include <fcntl.h>
+#include <unistd.h>
+#endif
 
 static void *blocks[4096];
 static size_t block_count;
@@ -280,7 +285,48 @@ static void test_cached_segment_pending(void) {
   pthread_join(thread, NULL);
 }
 
+/* ---- a heap costs its thread one page ---- */
+
+#ifdef __linux__
+/* A page of our own memory (written, so not the shared zero page that a
+ * read of untouched memory maps): present and mapped only here, per
+ * /proc/self/pagemap (bits 63 and 56). */
+static bool page_written(const void *address) {
+  int fd = open("/proc/self/pagemap", O_RDONLY);
+  CHECK(fd >= 0);
+  uint64_t entry = 0;
+  off_t at = (off_t)((uintptr_t)address / 4096 * sizeof entry);
+  CHECK(pread(fd, &entry, sizeof entry, at) == (ssize_t)sizeof entry);
+  close(fd);
+  return (entry >> 63 & 1) && (entry >> 56 & 1);
+}
+#endif
+
+/* What a thread that frees only its own blocks writes of its heap lies in
+ * the heap's first OS page (internal.h): the remote caches and the outbox
+ * past it stay unwritten, not resident. */
+static void *own_blocks_only(void *arg) {
+  (void)arg;
+  for (size_t size = 16; size <= 2048; size += 48) shoal_free(shoal_malloc(size));
+  shoal_heap_t *heap = thread_heap;
+  CHECK((uintptr_t)heap % os_page_size() == 0);
+#ifdef __linux__
+  CHECK(os_page_size() == 4096);
+  CHECK(page_written(heap));
+  for (size_t offset = 4096; offset < sizeof(shoal_heap_t); offset += 4096)
+    CHECK(!page_written((uint8_t *)heap + offset));
+#endif
+  return NULL;
+}
+
+static void test_heap_one_page(void) {
+  pthread_t thread;
+  CHECK(pthread_create(&thread, NULL, own_blocks_only, NULL) == 0);
+  pthread_join(thread, NULL);
+}
+
 int main(void) {
+  test_heap_one_page();
   test_outbox();
   test_medium_remote_cache();
   test_freed_before_fresh();
