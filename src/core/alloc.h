@@ -5,7 +5,8 @@
  * the core's slow paths, the api layer's look first whether a diagnostic
  * interposes.
  *
- * malloc: one TLS load, one table load (direct_page), a pop.
+ * malloc: one TLS load, one table load (direct_page), a pop (which
+ *         prefetches the next block of the list).
  * free:   a segment-map byte, a mask, the page descriptor (one add), a
  *         multiply that checks the pointer is a block start (and, through a
  *         zero divisor, that the page is not parked), the double-free key,

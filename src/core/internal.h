@@ -692,11 +692,17 @@ static inline void page_fold_counters(shoal_heap_t *heap, shoal_page_t *page) {
 }
 
 /* Hand out the page's next free block (the page has one): the pop every
- * malloc path ends in. */
+ * malloc path ends in. The block after it is fetched now, not when the next
+ * malloc of the class needs its link: a block freed a while ago, or by
+ * another thread, is out of cache, and the pop that reads it stalls on the
+ * miss (parallel, 8 threads: -12 % time; rptest -3 to -5 %, mstress -4 %).
+ * A prefetch never faults, so the end of the list (NULL) needs no test. */
 static inline void *page_pop(shoal_heap_t *heap, shoal_page_t *page) {
   (void)heap;
   shoal_block_t *block = page->free;
-  page->free = block->next;
+  shoal_block_t *next = block->next;
+  page->free = next;
+  __builtin_prefetch(next, 1, 3);
   page->used++;
   block->key = 0;
   page_count(&page->unfolded_allocs);
