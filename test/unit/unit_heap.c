@@ -34,6 +34,28 @@ static void *free_all(void *arg) {
   return NULL;
 }
 
+/* Blocks of `size` until one opens a page of its own (the ones before it,
+ * in pages begun earlier, go to `before`), then the rest of that page: its
+ * `reserved` blocks, in order, in `in_page`. Both arrays hold 1024. */
+static shoal_page_t *fill_fresh_page(size_t size, void **before, size_t *before_count,
+                                     void **in_page) {
+  shoal_page_t *page;
+  *before_count = 0;
+  for (;;) {
+    in_page[0] = shoal_malloc(size);
+    page = segment_page_of(segment_of(in_page[0]), in_page[0]);
+    if (page->used == 1) break;
+    CHECK(*before_count < 1024);
+    before[(*before_count)++] = in_page[0];
+  }
+  for (size_t count = 1; count < page->reserved; count++) {
+    CHECK(count < 1024);
+    in_page[count] = shoal_malloc(size);
+    CHECK(segment_page_of(segment_of(in_page[count]), in_page[count]) == page);
+  }
+  return page;
+}
+
 /* ---- remote frees gathered in the freeing thread's outbox ---- */
 
 static shoal_page_t *outbox_page;
@@ -63,23 +85,11 @@ static void test_outbox(void) {
    * take none, and every free goes to the outbox: 56 blocks a page, sent
    * home four at a time. */
   enum { SIZE = 1100, FEW = 3 };
-  /* A page of our own from its first block: blocks until one opens a page. */
   static void *before_it[1024];
-  size_t before_count = 0;
-  for (;;) {
-    outbox_blocks[0] = shoal_malloc(SIZE);
-    outbox_page = segment_page_of(segment_of(outbox_blocks[0]), outbox_blocks[0]);
-    if (outbox_page->used == 1) break;
-    CHECK(before_count < 1024);
-    before_it[before_count++] = outbox_blocks[0];
-  }
-  size_t count = 1;
-  while (count < outbox_page->reserved) {
-    void *p = shoal_malloc(SIZE);
-    CHECK(segment_page_of(segment_of(p), p) == outbox_page);
-    outbox_blocks[count++] = p;
-  }
-  CHECK(count == outbox_page->reserved && count <= 1024);
+  size_t before_count;
+  outbox_page = fill_fresh_page(SIZE, before_it, &before_count, outbox_blocks);
+  size_t count = outbox_page->reserved;
+  CHECK(outbox_page->used == count);
   CHECK(FEW * outbox_page->block_size < OUTBOX_BYTES && count * SIZE > OUTBOX_BYTES);
   uint32_t used = outbox_page->used;
   pthread_t thread;
@@ -153,32 +163,23 @@ static void test_medium_remote_cache(void) {
 
 static void test_freed_before_fresh(void) {
   enum { SIZE = 3000 };
-  static void *filled[1024];
-  size_t count = 0;
-  shoal_page_t *first_page;
-  for (;;) { /* blocks until one opens a page of its own */
-    CHECK(count < 1024);
-    filled[count] = shoal_malloc(SIZE);
-    first_page = segment_page_of(segment_of(filled[count]), filled[count]);
-    count++;
-    if (first_page->used == 1) break;
-  }
-  size_t opened_at = count - 1;
-  while (first_page->used < first_page->reserved) {
-    CHECK(count < 1024);
-    filled[count++] = shoal_malloc(SIZE);
-  }
+  static void *before[1024], *in_first[1024];
+  size_t before_count;
+  shoal_page_t *first_page = fill_fresh_page(SIZE, before, &before_count, in_first);
+  size_t in_first_count = first_page->reserved;
+  CHECK(first_page->used == in_first_count);
   void *in_second = shoal_malloc(SIZE); /* a new page, carved one block at a time */
   shoal_page_t *second_page = segment_page_of(segment_of(in_second), in_second);
   CHECK(second_page != first_page && second_page->capacity < second_page->reserved);
-  void *freed = filled[opened_at + 3];
+  void *freed = in_first[3];
   shoal_free(freed);
   void *next = shoal_malloc(SIZE);
   CHECK(next == freed); /* not the second page's next never-used block */
   shoal_free(next);
   shoal_free(in_second);
-  for (size_t i = 0; i < count; i++)
-    if (filled[i] != freed) shoal_free(filled[i]);
+  for (size_t i = 0; i < in_first_count; i++)
+    if (in_first[i] != freed) shoal_free(in_first[i]);
+  for (size_t i = 0; i < before_count; i++) shoal_free(before[i]);
   shoal_collect(true);
 }
 
