@@ -240,7 +240,15 @@ done:
  * slow path, which makes the thread's heap on its first call. */
 out_of_line void *alloc_generic(shoal_heap_t *heap, size_t size, caller_t caller) {
   (void)caller;
-  void *p = alloc_medium_pop(heap, size);
+  void *p = alloc_medium_pop(heap, size, true);
+  if (likely(p != NULL)) return p;
+  return heap_malloc_slow(heap, size);
+}
+
+/* The slow exit of aligned requests: a block of the size's own class. */
+out_of_line void *alloc_generic_exact(shoal_heap_t *heap, size_t size, caller_t caller) {
+  (void)caller;
+  void *p = alloc_medium_pop(heap, size, false);
   if (likely(p != NULL)) return p;
   return heap_malloc_slow(heap, size);
 }
@@ -287,7 +295,8 @@ void *core_alloc_aligned(size_t alignment, size_t size, caller_t caller) {
     errno = ENOMEM;
     return NULL;
   }
-  if (rounded <= MEDIUM_MAX && alignment <= SLICE_SIZE) return alloc_fast(rounded, caller);
+  if (rounded <= MEDIUM_MAX && alignment <= SLICE_SIZE)
+    return alloc_fast_then(rounded, caller, alloc_generic_exact);
   shoal_heap_t *heap = thread_heap;
   if (heap == &heap_empty && (heap = heap_get_or_create()) == NULL) {
     errno = ENOMEM;

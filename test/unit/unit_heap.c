@@ -3,7 +3,8 @@
  * returns to its segment when empty; another thread's frees go home a chain
  * at a time, counted, or serve the freeing thread's own mallocs of their
  * class; blocks freed into any page of a class are used before never-used
- * ones; a dead thread's heap is serviced by a remote free and
+ * ones, and a medium class's request takes a neighbour class's free block
+ * before a never-used one of its own; a dead thread's heap is serviced by a remote free and
  * adopted by the next thread, or gives a segment at a time to a live one
  * that needs memory; a heap that takes a cached segment counts its touched
  * slices as its own to purge; a thread that frees only its own blocks
@@ -183,6 +184,42 @@ static void test_freed_before_fresh(void) {
   shoal_collect(true);
 }
 
+/* ---- a medium class with no free block takes a neighbour's ---- */
+
+static void *borrow_in_own_heap(void *arg) {
+  (void)arg;
+  enum { SMALLER = 5000, LARGER = 5500 };
+  uint8_t size_class = size_class_of(SMALLER);
+  CHECK(size_class_of(LARGER) == size_class + 1 && class_block_size[size_class] == 5120);
+  void *lender_kept = shoal_malloc(LARGER);
+  void *spare = shoal_malloc(LARGER);
+  shoal_free(spare);                   /* the larger class's page has one free block */
+  void *first = shoal_malloc(SMALLER); /* opens the class's page, carved a block at a time */
+  CHECK(shoal_malloc_usable_size(first) == 5120);
+  void *borrowed = shoal_malloc(SMALLER); /* not a new block of its own page */
+  CHECK(borrowed == spare && shoal_malloc_usable_size(borrowed) == 5632);
+  memset(borrowed, 0x6b, SMALLER);
+  CHECK(((uint8_t *)borrowed)[SMALLER - 1] == 0x6b && ((uint8_t *)lender_kept)[0] != 0x6b);
+  shoal_free(borrowed); /* home to the larger class's page */
+  /* An aligned request keeps to its class: 5632 is no multiple of 1024. */
+  void *aligned = NULL;
+  CHECK(shoal_posix_memalign(&aligned, 1024, SMALLER) == 0);
+  CHECK(aligned != spare && (uintptr_t)aligned % 1024 == 0 &&
+        shoal_malloc_usable_size(aligned) == 5120);
+  CHECK(shoal_malloc(SMALLER) == spare); /* lent again: the free went to its own page */
+  shoal_free(spare);
+  shoal_free(aligned);
+  shoal_free(first);
+  shoal_free(lender_kept);
+  return NULL;
+}
+
+static void test_medium_borrow(void) {
+  pthread_t thread;
+  CHECK(pthread_create(&thread, NULL, borrow_in_own_heap, NULL) == 0);
+  pthread_join(thread, NULL);
+}
+
 /* ---- a live thread reuses a dead thread's segments ---- */
 
 enum { DEAD_BLOCKS = 3000, DEAD_KEPT_EVERY = 500, DEAD_SIZE = 4096 };
@@ -334,6 +371,7 @@ int main(void) {
   test_outbox();
   test_medium_remote_cache();
   test_freed_before_fresh();
+  test_medium_borrow();
   test_cached_segment_pending();
   test_dead_segment_reuse();
   /* A page: blocks are consecutive in one page until it is full. */
