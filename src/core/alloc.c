@@ -250,7 +250,7 @@ out_of_line void *alloc_generic_exact(shoal_heap_t *heap, size_t size, caller_t 
   (void)caller;
   void *p = alloc_medium_pop(heap, size, false);
   if (likely(p != NULL)) return p;
-  return heap_malloc_slow(heap, size);
+  return heap_malloc_slow_exact(heap, size);
 }
 
 /* ---- calloc: skip zeroing memory fresh from the OS ---- */
@@ -295,8 +295,16 @@ void *core_alloc_aligned(size_t alignment, size_t size, caller_t caller) {
     errno = ENOMEM;
     return NULL;
   }
-  if (rounded <= MEDIUM_MAX && alignment <= SLICE_SIZE)
+  if (rounded <= MEDIUM_MAX && alignment <= SLICE_SIZE) {
+    /* A small class's direct slots may name a neighbour's page, lent
+     * (BORROW_CLASSES): past 16 bytes, only its own class is aligned. */
+    shoal_heap_t *heap = thread_heap;
+    size_t slot = (rounded + WORD_SIZE - 1) / WORD_SIZE;
+    if (alignment > BLOCK_ALIGNMENT && rounded <= DIRECT_MAX &&
+        heap->direct_page[slot]->size_class != direct_class[slot])
+      return alloc_generic_exact(heap, rounded, caller);
     return alloc_fast_then(rounded, caller, alloc_generic_exact);
+  }
   shoal_heap_t *heap = thread_heap;
   if (heap == &heap_empty && (heap = heap_get_or_create()) == NULL) {
     errno = ENOMEM;

@@ -66,18 +66,9 @@ fast_path void *alloc_fast(size_t size, caller_t caller) {
   return alloc_fast_then(size, caller, alloc_generic);
 }
 
-/* A free block of one of the next BORROW_CLASSES classes, for a medium
- * request whose class has none of its own (one page, nothing freed into it
- * by other threads): taken before the class carves a block it has never
- * handed out, or opens a page. A thread's medium classes hold a few
- * blocks each, and each class's count wanders on its own; carving at every
- * class's own high-water mark left mtalloc's pages carved to 4.6 times their
- * live bytes (the neighbours' free blocks meanwhile idle, resident). A
- * block up to two classes larger wastes up to 25 % of itself for as long as
- * it lives, instead of a new block that stays resident after it. Not for
- * aligned requests: a larger class is not a multiple of every alignment
- * the class is (size_class.c). */
-#define BORROW_CLASSES 2u
+/* A free block of one of the next BORROW_CLASSES classes (internal.h),
+ * from its remote cache or its first page, for a medium class with none of
+ * its own at hand. */
 fast_path void *medium_borrow(shoal_heap_t *heap, uint8_t size_class) {
   for (unsigned k = size_class + 1u; k <= size_class + BORROW_CLASSES && k < (unsigned)CLASS_COUNT;
        k++) {

@@ -66,6 +66,7 @@ typedef const void *caller_t;
 
 #define WORD_SIZE              8
 #define MIN_BLOCK_SIZE         16   /* room for the link and the key */
+#define BLOCK_ALIGNMENT        16   /* of every block (size_class.c) */
 #define DIRECT_MAX             1024 /* sizes served by heap->direct_page */
 #define DIRECT_SLOTS           (DIRECT_MAX / WORD_SIZE + 1)
 #define MEDIUM_MAX             (32 * 1024)                 /* largest size class */
@@ -83,6 +84,19 @@ typedef const void *caller_t;
 #define ARENA_TRIM_DELAYS      10 /* empty segments wait this long for any thread to take them */
 #define ADDRESS_BITS           47
 #define SEGMENT_MAP_ENTRIES    ((size_t)1 << (ADDRESS_BITS - SEGMENT_SHIFT))
+
+/* A class above 128 bytes that has no free block of its own (one page of
+ * it, carved to the end or with never-used blocks left, no remote frees on
+ * their way) takes one from the next BORROW_CLASSES classes before it
+ * carves or opens a page: a block up to two classes larger wastes up to
+ * 25 % of itself while it lives. A thread's classes each hold a few blocks
+ * whose counts wander on their own; each carved to its own high-water mark,
+ * mtalloc's medium pages were carved to 4.6 times their live bytes while
+ * the neighbours' free blocks sat resident. Never for an aligned request: a
+ * larger class is not a multiple of every alignment the class is
+ * (size_class.c). alloc.h (medium_borrow) and heap.c (heap_lender_page). */
+#define BORROW_CLASSES    2u
+#define BORROW_FROM_CLASS 8 /* the first class above 128 bytes */
 
 /* Bytes per medium class of the remote cache. Kept at all, a block freed
  * for an owner that does not run (more threads than cores) serves the
@@ -538,7 +552,8 @@ shoal_heap_t *heap_get_or_create(void);
  * yet; heap_empty once the thread's exit hook ran, or out of memory. */
 shoal_heap_t *heap_of_freeing_thread(void);
 void *heap_malloc_slow(shoal_heap_t *heap, size_t size);
-void *heap_malloc_medium(shoal_heap_t *heap, size_t size);
+void *heap_malloc_slow_exact(shoal_heap_t *heap, size_t size); /* no borrowing: aligned */
+void *heap_malloc_medium(shoal_heap_t *heap, size_t size, bool may_borrow);
 /* calloc beyond LARGE_MAX: zeroed (fresh memory as it is, a cached block
  * cleared), and a fresh one not asked to use huge pages. */
 void *heap_calloc_huge(shoal_heap_t *heap, size_t size);

@@ -3,12 +3,11 @@
  * returns to its segment when empty; another thread's frees go home a chain
  * at a time, counted, or serve the freeing thread's own mallocs of their
  * class; blocks freed into any page of a class are used before never-used
- * ones, and a medium class's request takes a neighbour class's free block
- * before a never-used one of its own; a dead thread's heap is serviced by a remote free and
- * adopted by the next thread, or gives a segment at a time to a live one
- * that needs memory; a heap that takes a cached segment counts its touched
- * slices as its own to purge; a thread that frees only its own blocks
- * touches one page of its heap. */
+ * ones, and a class above 128 bytes takes a neighbour class's free block
+ * before a never-used one of its own (a small class, its page); a dead thread's heap is serviced by
+ * a remote free and adopted by the next thread, or gives a segment at a time to a live one that
+ * needs memory; a heap that takes a cached segment counts its touched slices as its own to purge; a
+ * thread that frees only its own blocks touches one page of its heap. */
 #include "../testhelper.h"
 #include "core/internal.h"
 
@@ -184,7 +183,7 @@ static void test_freed_before_fresh(void) {
   shoal_collect(true);
 }
 
-/* ---- a medium class with no free block takes a neighbour's ---- */
+/* ---- a class with no free block takes a neighbour's ---- */
 
 static void *borrow_in_own_heap(void *arg) {
   (void)arg;
@@ -214,9 +213,81 @@ static void *borrow_in_own_heap(void *arg) {
   return NULL;
 }
 
-static void test_medium_borrow(void) {
+/* A small class is lent the neighbour's page: its fast path pops there
+ * until the page leaves its queue. */
+static void *lend_in_own_heap(void *arg) {
+  (void)arg;
+  enum { SMALLER = 300, LARGER = 340, MOST = 64 };
+  uint8_t size_class = size_class_of(SMALLER);
+  size_t slot = (SMALLER + WORD_SIZE - 1) / WORD_SIZE;
+  CHECK(class_block_size[size_class] == 320 && size_class_of(LARGER) == size_class + 1);
+  static void *larger[1024], *smaller[MOST];
+  size_t larger_count = 0, smaller_count = 0;
+  /* A page of 352s with more than an OS page of free blocks. */
+  for (size_t i = 0; i < 24; i++) larger[i] = shoal_malloc(LARGER);
+  for (size_t i = 1; i < 24; i++) shoal_free(larger[i]);
+  larger_count = 1;
+  shoal_page_t *lender = segment_page_of(segment_of(larger[0]), larger[0]);
+  CHECK(lender->free != NULL && (lender->capacity - lender->used) * 352 >= EXTEND_BYTES);
+  /* The class's own page, carved an OS page at a time, runs dry; the next
+   * block comes from the lender, and so do the ones after it. */
+  shoal_page_t *own = NULL;
+  for (;;) {
+    CHECK(smaller_count < MOST);
+    void *p = shoal_malloc(SMALLER);
+    smaller[smaller_count++] = p;
+    shoal_page_t *page = segment_page_of(segment_of(p), p);
+    if (own == NULL) own = page;
+    if (page != own) {
+      CHECK(page == lender && shoal_malloc_usable_size(p) == 352);
+      break;
+    }
+    CHECK(shoal_malloc_usable_size(p) == 320);
+  }
+  CHECK(own->capacity < own->reserved); /* it could have carved more */
+  CHECK(thread_heap->direct_page[slot] == lender);
+  void *next = shoal_malloc(SMALLER);
+  CHECK(segment_page_of(segment_of(next), next) == lender);
+  memset(next, 0x3c, SMALLER);
+  smaller[smaller_count++] = next;
+  /* An aligned request takes its own class: 320 is a multiple of 64, 352
+   * is not. */
+  void *aligned = NULL;
+  CHECK(shoal_posix_memalign(&aligned, 64, SMALLER) == 0);
+  CHECK((uintptr_t)aligned % 64 == 0 && segment_page_of(segment_of(aligned), aligned) == own);
+  CHECK(shoal_malloc_usable_size(aligned) == 320);
+  shoal_free(aligned);
+  /* That slow path gave the class its own page back, carved further: lent
+   * again once that runs dry. Then the lender fills up and is parked: the
+   * class's slots no longer name it. */
+  for (;;) {
+    CHECK(smaller_count < MOST);
+    void *p = shoal_malloc(SMALLER);
+    smaller[smaller_count++] = p;
+    if (segment_page_of(segment_of(p), p) == lender) break;
+  }
+  CHECK(thread_heap->direct_page[slot] == lender);
+  while (segment_page_of(segment_of(larger[larger_count - 1]), larger[larger_count - 1]) ==
+         lender) {
+    CHECK(larger_count < 1024);
+    larger[larger_count++] = shoal_malloc(LARGER);
+  }
+  CHECK((lender->flags & PAGE_FULL) != 0 && thread_heap->direct_page[slot] != lender);
+  void *after = shoal_malloc(SMALLER);
+  CHECK(shoal_malloc_usable_size(after) >= SMALLER &&
+        segment_page_of(segment_of(after), after) != lender);
+  shoal_free(after);
+  CHECK(((uint8_t *)next)[SMALLER - 1] == 0x3c); /* contents survive */
+  for (size_t i = 0; i < smaller_count; i++) shoal_free(smaller[i]);
+  for (size_t i = 0; i < larger_count; i++) shoal_free(larger[i]);
+  return NULL;
+}
+
+static void test_borrow(void) {
   pthread_t thread;
   CHECK(pthread_create(&thread, NULL, borrow_in_own_heap, NULL) == 0);
+  pthread_join(thread, NULL);
+  CHECK(pthread_create(&thread, NULL, lend_in_own_heap, NULL) == 0);
   pthread_join(thread, NULL);
 }
 
@@ -371,7 +442,7 @@ int main(void) {
   test_outbox();
   test_medium_remote_cache();
   test_freed_before_fresh();
-  test_medium_borrow();
+  test_borrow();
   test_cached_segment_pending();
   test_dead_segment_reuse();
   /* A page: blocks are consecutive in one page until it is full. */
