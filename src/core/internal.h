@@ -88,13 +88,14 @@ typedef const void *caller_t;
 /* A class above 128 bytes that has no free block of its own (one page of
  * it, carved to the end or with never-used blocks left, no remote frees on
  * their way) takes one from the next BORROW_CLASSES classes before it
- * carves or opens a page: a block up to two classes larger wastes up to
- * 25 % of itself while it lives. A thread's classes each hold a few blocks
- * whose counts wander on their own; each carved to its own high-water mark,
- * mtalloc's medium pages were carved to 4.6 times their live bytes while
- * the neighbours' free blocks sat resident. Never for an aligned request: a
- * larger class is not a multiple of every alignment the class is
- * (size_class.c). alloc.h (medium_borrow) and heap.c (heap_lender_page). */
+ * carves or opens a page: a block up to two classes larger wastes at most
+ * 27 % of itself while it lives (a request one byte over the class below).
+ * A thread's classes each hold a few blocks whose counts wander on their
+ * own; each carved to its own high-water mark, mtalloc's medium pages were
+ * carved to 4.6 times their live bytes while the neighbours' free blocks
+ * sat resident. Never for an aligned request: a larger class is not a
+ * multiple of every alignment the class is (size_class.c). alloc.h
+ * (medium_borrow) and heap.c (heap_lender_page). */
 #define BORROW_CLASSES    2u
 #define BORROW_FROM_CLASS 8 /* the first class above 128 bytes */
 
