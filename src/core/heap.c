@@ -123,9 +123,10 @@ static void queue_remove(shoal_heap_t *heap, shoal_page_t *page) {
   list_remove(&heap->queues[page->size_class], page);
   if (was_first) heap_direct_update(heap, page->size_class);
   for (unsigned below = 1; below <= BORROW_CLASSES; below++) {
+    if (page->size_class < BORROW_FROM_CLASS + below) break;
     unsigned borrower = page->size_class - below;
-    if (page->size_class < BORROW_FROM_CLASS + below || borrower >= DIRECT_CLASSES) continue;
-    if (heap->direct_page[class_block_size[borrower] / WORD_SIZE] == page)
+    if (borrower < DIRECT_CLASSES &&
+        heap->direct_page[class_block_size[borrower] / WORD_SIZE] == page)
       heap_direct_update(heap, (uint8_t)borrower);
   }
 }
@@ -691,11 +692,6 @@ static shoal_page_t *heap_serve_from_front(shoal_heap_t *heap, shoal_page_t *pag
   return page;
 }
 
-/* Blocks freed into any page of the queue come before never-used ones:
- * carving the first page further while the pages behind it hold freed
- * blocks touches fresh memory that the program does not need (rptest: a
- * thread's own frees land in all of its pages of a class). Pages with
- * neither are parked. */
 /* The first page of one of the next classes, for a class above 128 bytes
  * that has a page but no free block (BORROW_CLASSES): one with at least an
  * OS page of free blocks, what an extend would carve. Lent any free block,
@@ -712,6 +708,11 @@ static shoal_page_t *heap_lender_page(shoal_heap_t *heap, uint8_t size_class) {
   return NULL;
 }
 
+/* Blocks freed into any page of the queue come before never-used ones:
+ * carving the first page further while the pages behind it hold freed
+ * blocks touches fresh memory that the program does not need (rptest: a
+ * thread's own frees land in all of its pages of a class). Pages with
+ * neither are parked. */
 static shoal_page_t *heap_find_queued_page(shoal_heap_t *heap, uint8_t size_class,
                                            bool may_borrow) {
   shoal_page_t *page = heap->queues[size_class].first;
