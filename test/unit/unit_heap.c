@@ -34,6 +34,15 @@ static void *free_all(void *arg) {
   return NULL;
 }
 
+/* `run` in a thread of its own (a heap of its own), to its end; its result. */
+static void *run_in_thread(void *(*run)(void *)) {
+  pthread_t thread;
+  void *result;
+  CHECK(pthread_create(&thread, NULL, run, NULL) == 0);
+  CHECK(pthread_join(thread, &result) == 0);
+  return result;
+}
+
 /* Blocks of `size` until one opens a page of its own (the ones before it,
  * in pages begun earlier, go to `before`), then the rest of that page: its
  * `reserved` blocks, in order, in `in_page`. Both arrays hold 1024. */
@@ -129,10 +138,7 @@ static void test_medium_remote_cache(void) {
   size_t kept = (REMOTE_CACHE_MEDIUM + block_size - 1) / block_size;
   CHECK(kept >= 1 && kept < CACHED_COUNT);
   void *own = shoal_malloc(CACHED_SIZE); /* this thread allocates the class */
-  pthread_t thread;
-  shoal_heap_t *other;
-  CHECK(pthread_create(&thread, NULL, allocate_medium, NULL) == 0);
-  pthread_join(thread, (void **)&other);
+  shoal_heap_t *other = run_in_thread(allocate_medium);
   for (size_t i = 0; i < CACHED_COUNT; i++) {
     CHECK(((uint8_t *)cached_blocks[i])[CACHED_SIZE - 1] == i + 1); /* contents survive */
     shoal_free(cached_blocks[i]);
@@ -284,11 +290,8 @@ static void *lend_in_own_heap(void *arg) {
 }
 
 static void test_borrow(void) {
-  pthread_t thread;
-  CHECK(pthread_create(&thread, NULL, borrow_in_own_heap, NULL) == 0);
-  pthread_join(thread, NULL);
-  CHECK(pthread_create(&thread, NULL, lend_in_own_heap, NULL) == 0);
-  pthread_join(thread, NULL);
+  run_in_thread(borrow_in_own_heap);
+  run_in_thread(lend_in_own_heap);
 }
 
 /* ---- a live thread reuses a dead thread's segments ---- */
@@ -387,11 +390,8 @@ static void *take_a_cached_segment(void *arg) {
 }
 
 static void test_cached_segment_pending(void) {
-  pthread_t thread;
-  CHECK(pthread_create(&thread, NULL, fill_and_free_a_segment, NULL) == 0);
-  pthread_join(thread, NULL);
-  CHECK(pthread_create(&thread, NULL, take_a_cached_segment, NULL) == 0);
-  pthread_join(thread, NULL);
+  run_in_thread(fill_and_free_a_segment);
+  run_in_thread(take_a_cached_segment);
 }
 
 /* ---- a heap costs its thread one page ---- */
@@ -432,9 +432,7 @@ static void *own_blocks_only(void *arg) {
 }
 
 static void test_heap_one_page(void) {
-  pthread_t thread;
-  CHECK(pthread_create(&thread, NULL, own_blocks_only, NULL) == 0);
-  pthread_join(thread, NULL);
+  run_in_thread(own_blocks_only);
 }
 
 int main(void) {
@@ -469,9 +467,7 @@ int main(void) {
   /* A remote free of a parked page notifies the owner, which unparks it. */
   block_count = 0;
   blocks[block_count++] = same[5];
-  pthread_t thread;
-  CHECK(pthread_create(&thread, NULL, free_all, NULL) == 0);
-  pthread_join(thread, NULL);
+  run_in_thread(free_all);
   CHECK(atomic_load(&thread_heap->notified) == page);
   shoal_collect(false); /* drains the notification: the page is back in its queue */
   CHECK((page->flags & PAGE_FULL) == 0);
@@ -496,6 +492,7 @@ int main(void) {
 
   /* A dead thread's blocks freed here: its heap is serviced and emptied. */
   shoal_heap_t *dead_heap;
+  pthread_t thread;
   CHECK(pthread_create(&thread, NULL, allocate_page_worth, (void *)(uintptr_t)200) == 0);
   pthread_join(thread, (void **)&dead_heap);
   CHECK(atomic_load(&dead_heap->state) == HEAP_ABANDONED);
