@@ -668,9 +668,31 @@ void heap_fork_child(shoal_heap_t *survivor) {
 
 /* ---- finding a page with a free block ---- */
 
+/* Pages whose every block other threads have freed, still waiting in
+ * their queues for the owner to reach them, give their slices back before
+ * the heap takes new ones: a class that is not being allocated would hold
+ * them until its next slow path (rptest, larson, producer/consumer: 5-10 %
+ * of the peak). A look covers EMPTIED_SCAN_PAGES pages at most, going on
+ * from class to class where the last one stopped: a heap fragmented over
+ * thousands of pages must not walk them all for each page it takes. */
+#define EMPTIED_SCAN_PAGES 64
+static void heap_retire_remotely_emptied(shoal_heap_t *heap) {
+  unsigned budget = EMPTIED_SCAN_PAGES, size_class = heap->emptied_scan_class;
+  for (unsigned classes = 0; classes < CLASS_COUNT && budget > 0; classes++) {
+    for (shoal_page_t *page = heap->queues[size_class].first, *next; page != NULL && budget > 0;
+         page = next, budget--) {
+      next = page->next;
+      if (page_collect_if_emptied(page)) heap_page_retire(heap, page);
+    }
+    size_class = size_class + 1 < CLASS_COUNT ? size_class + 1 : 0;
+  }
+  heap->emptied_scan_class = size_class;
+}
+
 /* No purge check here: a heap taking fresh pages is about to reuse what it
  * freed, the worst moment to give that memory back. */
 static shoal_page_t *heap_fresh_page(shoal_heap_t *heap, uint8_t size_class) {
+  heap_retire_remotely_emptied(heap);
   if (heap->segments == NULL) heap_reuse_others_memory(heap);
   shoal_page_t *page = NULL;
   if (heap->segments == NULL && !arena_has_cached()) page = heap_borrow_page(heap, size_class);
@@ -879,6 +901,7 @@ void *heap_malloc_large(shoal_heap_t *heap, size_t size, size_t alignment) {
   heap_drain_notified(heap);
   heap_maybe_purge(heap);
   size_t slices = (size + extra + SLICE_SIZE - 1) / SLICE_SIZE;
+  heap_retire_remotely_emptied(heap);
   if (heap->segments == NULL) heap_reuse_others_memory(heap);
   shoal_page_t *page = segment_page_alloc(heap, slices);
   if (page == NULL) {

@@ -327,10 +327,11 @@ typedef struct shoal_heap_s {
    * everything a slow path changes — parked pages, segments, purge — is
    * under it. The fast paths never take it. */
   shoal_lock_t slow_lock;
-  uint32_t slow_depth;        /* (owner) */
-  uint32_t serves_while_idle; /* (under slow_lock) serves since the owner's last drain */
-  shoal_segment_t *segments;  /* (owner) its segments that have a free slice (full ones
-                                 aren't listed: a page allocation walks only what may serve) */
+  uint32_t slow_depth;         /* (owner) */
+  uint32_t serves_while_idle;  /* (under slow_lock) serves since the owner's last drain */
+  uint32_t emptied_scan_class; /* (owner) where the next look for remotely emptied pages starts */
+  shoal_segment_t *segments;   /* (owner) its segments that have a free slice (full ones
+                                  aren't listed: a page allocation walks only what may serve) */
   heap_counters_t counters;
   /* (owner) Pages taken from and given back to segments: their difference,
    * summed over the heaps, is the process's page count (a page may be given
@@ -506,6 +507,7 @@ void page_init(shoal_page_t *page, struct shoal_heap_s *heap, size_t block_size,
                bool is_zero);
 bool page_extend(shoal_page_t *page);
 size_t page_collect(shoal_page_t *page);
+bool page_collect_if_emptied(shoal_page_t *page); /* all out blocks freed remotely: empty now */
 bool page_park_full(shoal_page_t *page); /* arm the notify bit; false: it had remote frees */
 bool page_unpark(shoal_page_t *page);    /* disarm; false: a notification is on its way */
 /* A chain of `count` blocks of the page, head to tail, freed by another

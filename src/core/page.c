@@ -100,6 +100,16 @@ size_t page_collect(shoal_page_t *page) {
   return count;
 }
 
+/* Other threads' frees, taken when they are all the blocks the page has
+ * out (so none can follow): true, and the page is empty. The word's count
+ * says so without a walk or an exchange. */
+bool page_collect_if_emptied(shoal_page_t *page) {
+  uintptr_t word = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
+  if (page->used == 0 || (uint32_t)(word >> COUNT_SHIFT) != page->used) return false;
+  page_collect(page);
+  return page->used == 0;
+}
+
 bool page_park_full(shoal_page_t *page) {
   uintptr_t expected = 0;
   return atomic_compare_exchange_strong_explicit(&page->xthread_free, &expected, NOTIFY_BIT,

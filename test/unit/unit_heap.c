@@ -4,7 +4,8 @@
  * at a time, counted, or serve the freeing thread's own mallocs of their
  * class; blocks freed into any page of a class are used before never-used
  * ones, and a class above 128 bytes takes a neighbour class's free block
- * before a never-used one of its own (a small class, its page); a dead thread's heap is serviced by
+ * before a never-used one of its own (a small class, its page); a page other threads emptied
+ * gives its slices back before the heap takes new ones; a dead thread's heap is serviced by
  * a remote free and adopted by the next thread, or gives a segment at a time to a live one that
  * needs memory; a heap that takes a cached segment counts its touched slices as its own to purge; a
  * thread that frees only its own blocks touches one page of its heap. */
@@ -294,6 +295,56 @@ static void test_borrow(void) {
   run_in_thread(lend_in_own_heap);
 }
 
+/* ---- a page other threads emptied gives its slices back before new ones ---- */
+
+static void *free_one(void *arg) {
+  shoal_free(arg);
+  return NULL;
+}
+
+static void *remote_emptied_in_own_heap(void *arg) {
+  (void)arg;
+  enum { SIZE = 256, OTHER_SIZE = 24000 };
+  static void *before[1024], *in_first[1024];
+  size_t before_count;
+  shoal_page_t *first_page = fill_fresh_page(SIZE, before, &before_count, in_first);
+  size_t count = first_page->reserved;
+  uint8_t size_class = first_page->size_class;
+  void *in_second = shoal_malloc(SIZE); /* parks the first page, opens a second */
+  shoal_page_t *second_page = segment_page_of(segment_of(in_second), in_second);
+  CHECK(second_page != first_page && (first_page->flags & PAGE_FULL) != 0);
+  /* One remote free: the owner is notified and queues the page again,
+   * behind the one serving the class. */
+  pthread_t thread;
+  CHECK(pthread_create(&thread, NULL, free_one, in_first[0]) == 0);
+  CHECK(pthread_join(thread, NULL) == 0);
+  shoal_collect(false);
+  CHECK(first_page->flags == 0 && thread_heap->queues[size_class].last == first_page);
+  CHECK(first_page->used == count - 1);
+  /* The rest, from another thread: no notification for a queued page. */
+  block_count = 0;
+  for (size_t i = 1; i < count; i++) blocks[block_count++] = in_first[i];
+  run_in_thread(free_all);
+  CHECK(atomic_load(&first_page->xthread_free) >> 48 == count - 1);
+  CHECK(first_page->size_class == size_class && first_page->used == count - 1);
+  /* A class with no page yet takes slices: the emptied page goes first. */
+  CHECK(thread_heap->queues[size_class_of(OTHER_SIZE)].first == NULL);
+  void *other = shoal_malloc(OTHER_SIZE);
+  CHECK(other != NULL);
+  CHECK(first_page->size_class != size_class); /* given back (or its slices reused) */
+  CHECK(thread_heap->queues[size_class].first == second_page &&
+        thread_heap->queues[size_class].last == second_page);
+  memset(other, 0x3c, OTHER_SIZE);
+  shoal_free(other);
+  shoal_free(in_second);
+  for (size_t i = 0; i < before_count; i++) shoal_free(before[i]);
+  return NULL;
+}
+
+static void test_remote_emptied_retired(void) {
+  run_in_thread(remote_emptied_in_own_heap);
+}
+
 /* ---- a live thread reuses a dead thread's segments ---- */
 
 enum { DEAD_BLOCKS = 3000, DEAD_KEPT_EVERY = 500, DEAD_SIZE = 4096 };
@@ -441,6 +492,7 @@ int main(void) {
   test_medium_remote_cache();
   test_freed_before_fresh();
   test_borrow();
+  test_remote_emptied_retired();
   test_cached_segment_pending();
   test_dead_segment_reuse();
   /* A page: blocks are consecutive in one page until it is full. */
