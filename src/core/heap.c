@@ -672,9 +672,11 @@ void heap_fork_child(shoal_heap_t *survivor) {
  * their queues for the owner to reach them, give their slices back before
  * the heap takes new ones: a class that is not being allocated would hold
  * them until its next slow path (rptest, larson, producer/consumer: 5-10 %
- * of the peak). A look covers EMPTIED_SCAN_PAGES pages at most, going on
- * from class to class where the last one stopped: a heap fragmented over
- * thousands of pages must not walk them all for each page it takes. */
+ * of the peak). Its class's last page stays, as heap_page_retire keeps it
+ * (without the purge check: see heap_fresh_page). A look covers
+ * EMPTIED_SCAN_PAGES pages at most, going on from class to class where the
+ * last one stopped: a heap fragmented over thousands of pages must not
+ * walk them all for each page it takes. */
 #define EMPTIED_SCAN_PAGES 64
 static void heap_retire_remotely_emptied(shoal_heap_t *heap) {
   unsigned budget = EMPTIED_SCAN_PAGES, size_class = heap->emptied_scan_class;
@@ -682,7 +684,10 @@ static void heap_retire_remotely_emptied(shoal_heap_t *heap) {
     for (shoal_page_t *page = heap->queues[size_class].first, *next; page != NULL && budget > 0;
          page = next, budget--) {
       next = page->next;
-      if (page_collect_if_emptied(page)) heap_page_retire(heap, page);
+      if (page_collect_if_emptied(page) && !page_is_alone_in_queue(heap, page)) {
+        queue_remove(heap, page);
+        heap_page_give_back(heap, page);
+      }
     }
     size_class = size_class + 1 < CLASS_COUNT ? size_class + 1 : 0;
   }

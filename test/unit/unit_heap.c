@@ -4,11 +4,13 @@
  * at a time, counted, or serve the freeing thread's own mallocs of their
  * class; blocks freed into any page of a class are used before never-used
  * ones, and a class above 128 bytes takes a neighbour class's free block
- * before a never-used one of its own (a small class, its page); a page other threads emptied
- * gives its slices back before the heap takes new ones; a dead thread's heap is serviced by
- * a remote free and adopted by the next thread, or gives a segment at a time to a live one that
- * needs memory; a heap that takes a cached segment counts its touched slices as its own to purge; a
- * thread that frees only its own blocks touches one page of its heap. */
+ * before a never-used one of its own (a small class, its page); a page
+ * other threads emptied gives its slices back before the heap takes new
+ * ones; a dead thread's heap is serviced by a remote free and adopted by
+ * the next thread, or gives a segment at a time to a live one that needs
+ * memory; a heap that takes a cached segment counts its touched slices as
+ * its own to purge; a thread that frees only its own blocks touches one
+ * page of its heap. */
 #include "../testhelper.h"
 #include "core/internal.h"
 
