@@ -107,6 +107,24 @@ typedef const void *caller_t;
  * anew (rptest, 8 threads: +35 % at 32 KiB, +13 % at this). */
 #define REMOTE_CACHE_MEDIUM (8 * 1024)
 
+/* The depot (depot.c): the outbox's chains (OUTBOX_BYTES of one page's
+ * blocks) of a thread that frees for several heaps blocks of a class it
+ * does not allocate, up to DEPOT_MAX_BYTES a class, for any thread that
+ * allocates the class, which takes chains up to DEPOT_TAKE_BYTES at once.
+ * A thread's owners are counted over DEPOT_OWNER_WINDOW chains. Classes
+ * from DEPOT_FIRST_CLASS: a chain's first block carries its tail, length
+ * and the next chain in words 2 and 3. */
+#define DEPOT_TAKE_BYTES   (16 * 1024)
+#define DEPOT_MAX_BYTES    ((size_t)32 << 20)
+#define DEPOT_OWNER_WINDOW 64
+/* Purge delays (the option's) a class's depot may go untaken before its
+ * chains go home. One: producers that all wait on a full queue for 10 ms
+ * (2 cores, 16 threads) saw their depot drained to their own pools
+ * (xmalloc 8:8 39 MB against 30); longer, blocks freed for owners that
+ * never allocate again wait longer to go home. */
+#define DEPOT_STALE_DELAYS 4
+#define DEPOT_FIRST_CLASS  1 /* 32-byte blocks */
+
 /* Size classes: 16..128 in steps of 16, then 8 classes per doubling up to
  * MEDIUM_MAX; every block 16-byte aligned (size_class.c says why). */
 #define CLASS_COUNT   72
@@ -278,6 +296,12 @@ typedef struct page_queue_s {
   shoal_page_t *first, *last;
 } page_queue_t;
 
+/* Free blocks linked from head to tail. */
+typedef struct chain_s {
+  shoal_block_t *head, *tail;
+  uint32_t count;
+} chain_t;
+
 /* Blocks of one page of another heap, freed by this thread and not yet
  * sent: a chain from head to tail, sent with one CAS (page_push_remote). */
 typedef struct outbox_slot_s {
@@ -365,6 +389,13 @@ typedef struct shoal_heap_s {
    * gathered by page (a slot per page, by hash) and sent home a chain at a
    * time: one CAS for OUTBOX_BYTES of blocks, not one a block. */
   outbox_slot_t outbox[OUTBOX_SLOTS];
+  /* (owner) Whose blocks its outbox sent: a chain goes to the depot for a
+   * thread that frees for several heaps (heap.c, outbox_to_depot). */
+  struct shoal_heap_s *remote_owner_last;
+  uint32_t chains_in_window, owner_changes_in_window;
+  bool frees_for_many_heaps;
+  bool outbox_home_only; /* (owner) draining or leaving: every chain goes home */
+  bool depot_drain_due;  /* (owner) a depot found stale: drain once the outbox is whole */
 } cache_aligned shoal_heap_t;
 
 /* ---- lock.c: spin with pause, then yield, then futex; never a fixed sleep ---- */
@@ -376,6 +407,12 @@ void lock_release_plain(shoal_lock_t *lock);
 extern _Thread_local size_t lock_waits; /* times this thread found a lock taken */
 bool lock_try_acquire(shoal_lock_t *lock);
 bool lock_try_acquire_plain(shoal_lock_t *lock); /* signals let through */
+/* A bounded wait, signals let through: `pause`s, then a few yields (a
+ * holder preempted runs again), never a sleep; false if still held. For
+ * locks held a few instructions whose takers have somewhere else to go
+ * (the depot's), and which a signal handler may find held by its own
+ * thread. */
+bool lock_try_acquire_briefly(shoal_lock_t *lock);
 void lock_release(shoal_lock_t *lock);
 /* The order in which locks are taken, when one is taken while another is
  * held, and by fork, which holds them all: one ranked list, lowest first.
@@ -535,6 +572,23 @@ static inline bool page_is_carved_block(const shoal_page_t *page, const void *p)
   return is_carved_block(page->shared_start, page->shared_divisor,
                          atomic_load_explicit(&page->shared_limit, memory_order_relaxed), p);
 }
+
+/* ---- depot.c ---- */
+bool depot_may_hold(uint8_t size_class); /* a chain may be there to take */
+/* A thread looks for a free block of the class (its slow path); whether
+ * one did within a purge delay: else a chain would wait for nobody. */
+void depot_note_wanted(uint8_t size_class, int64_t now);
+bool depot_is_wanted(uint8_t size_class, int64_t now);
+/* Keep a chain of free blocks of the class; false when the depot is full
+ * or busy (the chain stays the caller's). */
+bool depot_put(uint8_t size_class, chain_t chain, int64_t now);
+/* Chains of the class joined into one of up to DEPOT_TAKE_BYTES (more if
+ * a single chain is), or an empty chain. `now` marks the class in use (0:
+ * a drain, which does not). */
+chain_t depot_take(uint8_t size_class, int64_t now);
+/* When the class's chains go home if nobody takes one before; 0: none. */
+int64_t depot_stale_at(uint8_t size_class);
+void depot_fork_child(void); /* a thread that held a depot is gone */
 
 /* ---- heap.c ---- */
 extern _Thread_local shoal_heap_t *thread_heap;

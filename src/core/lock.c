@@ -22,7 +22,7 @@
 #include "core/internal.h"
 
 enum { LOCK_FREE = 0, LOCK_HELD = 1, LOCK_CONTENDED = 2 };
-enum { SPIN_ROUNDS = 100, YIELD_ROUNDS = 8 };
+enum { SPIN_ROUNDS = 100, YIELD_ROUNDS = 8, BRIEF_SPIN_ROUNDS = 64, BRIEF_YIELD_ROUNDS = 4 };
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -47,6 +47,18 @@ bool lock_try_acquire(shoal_lock_t *lock) {
 
 bool lock_try_acquire_plain(shoal_lock_t *lock) {
   return try_take(lock);
+}
+
+bool lock_try_acquire_briefly(shoal_lock_t *lock) {
+  for (int round = 0; round < BRIEF_SPIN_ROUNDS + BRIEF_YIELD_ROUNDS; round++) {
+    if (atomic_load_explicit(&lock->word, memory_order_relaxed) == LOCK_FREE && try_take(lock))
+      return true;
+    if (round < BRIEF_SPIN_ROUNDS)
+      cpu_relax();
+    else
+      os_yield(); /* the holder was preempted: let it run */
+  }
+  return false;
 }
 
 _Thread_local size_t lock_waits;

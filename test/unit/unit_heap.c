@@ -2,7 +2,10 @@
  * at its own addresses, parks when full, is notified by a remote free, and
  * returns to its segment when empty; another thread's frees go home a chain
  * at a time, counted, or serve the freeing thread's own mallocs of their
- * class; blocks freed into any page of a class are used before never-used
+ * class; a thread that frees for several heaps blocks of a class it does
+ * not allocate puts them in the depot, whose chains serve the class's next
+ * mallocs in any thread, and go home at shoal_collect(true) or after a
+ * purge delay untaken; blocks freed into any page of a class are used before never-used
  * ones, and a class above 128 bytes takes a neighbour class's free block
  * before a never-used one of its own (a small class, its page); a page
  * other threads emptied gives its slices back before the heap takes new
@@ -118,6 +121,142 @@ static void test_outbox(void) {
   CHECK(on_list == count);
   for (size_t i = 0; i < before_count; i++) shoal_free(before_it[i]);
   shoal_collect(true);
+}
+
+/* ---- blocks a thread frees for several heaps: the depot ---- */
+
+/* A size no other test here allocates, so that the freeing thread has no
+ * page of it (nor an adopted heap of a thread that had). */
+enum { DEPOT_SIZE = 720, DEPOT_BLOCKS = 512, DEPOT_ROUND_CHAINS = 8 };
+static void *depot_blocks[2][DEPOT_BLOCKS]; /* [0]: this thread's, [1]: the other's */
+static size_t depot_chain, depot_freed;     /* chains' worth freed of each heap's */
+static pthread_barrier_t depot_barrier;
+
+/* Another heap that stays alive while its blocks are freed. */
+static void *allocate_for_depot(void *arg) {
+  (void)arg;
+  for (size_t i = 0; i < DEPOT_BLOCKS; i++) depot_blocks[1][i] = shoal_malloc(DEPOT_SIZE);
+  for (int step = 1; step <= 5; step++) pthread_barrier_wait(&depot_barrier); /* 1: allocated */
+  return NULL;
+}
+
+/* A chain's worth of each heap's blocks in turn, `chains` in all. */
+static void free_chains_of_two_heaps(size_t chains) {
+  uint8_t size_class = size_class_of(DEPOT_SIZE);
+  for (size_t chain = 0; chain < chains; chain++) {
+    void **from = depot_blocks[chain % 2];
+    for (size_t i = 0; i < depot_chain; i++) shoal_free(from[depot_freed * depot_chain + i]);
+    if (chain % 2 == 1) depot_freed++;
+    CHECK(thread_heap->queues[size_class].first == NULL); /* it allocates none of the class */
+  }
+}
+
+/* One of the other heap's blocks this thread freed: this thread can get
+ * one back only through the depot. */
+static bool freed_of_other_heap(const void *p) {
+  for (size_t i = 0; i < depot_freed * depot_chain; i++)
+    if (depot_blocks[1][i] == p) return true;
+  return false;
+}
+
+static void *free_for_two_heaps(void *arg) {
+  (void)arg;
+  uint8_t size_class = size_class_of(DEPOT_SIZE);
+  pthread_barrier_wait(&depot_barrier); /* 1: both heaps' blocks allocated */
+  /* The first window of chains goes home: then it frees for several heaps. */
+  while (!thread_heap->frees_for_many_heaps) {
+    CHECK(depot_freed * depot_chain < DEPOT_BLOCKS / 2); /* a window's chains and more */
+    CHECK(!depot_may_hold(size_class));
+    free_chains_of_two_heaps(2);
+  }
+  free_chains_of_two_heaps(DEPOT_ROUND_CHAINS);
+  CHECK(depot_may_hold(size_class));
+  shoal_collect(true); /* every depot home */
+  CHECK(!depot_may_hold(size_class));
+  free_chains_of_two_heaps(DEPOT_ROUND_CHAINS);
+  CHECK(depot_may_hold(size_class));
+  pthread_barrier_wait(&depot_barrier); /* 2: the depot holds chains */
+  pthread_barrier_wait(&depot_barrier); /* 3: taken */
+  free_chains_of_two_heaps(DEPOT_ROUND_CHAINS);
+  CHECK(depot_may_hold(size_class));
+  pthread_barrier_wait(&depot_barrier); /* 4: the depot holds chains again */
+  pthread_barrier_wait(&depot_barrier); /* 5: everything checked */
+  return NULL;
+}
+
+/* A thread that frees only one heap's blocks sends them home: their owner
+ * reuses them, and its pages can empty (prodcons, one producer). */
+static void *free_for_one_heap(void *arg) {
+  void **one_heaps = arg;
+  for (size_t i = 0; i < (DEPOT_OWNER_WINDOW + DEPOT_ROUND_CHAINS) * depot_chain; i++)
+    shoal_free(one_heaps[i]);
+  CHECK(!thread_heap->frees_for_many_heaps);
+  CHECK(!depot_may_hold(size_class_of(DEPOT_SIZE)));
+  return NULL;
+}
+
+static void test_depot(void) {
+  uint8_t size_class = size_class_of(DEPOT_SIZE);
+  /* A depot takes chains only while a thread looked for blocks of the
+   * class within a purge delay: long enough here that this thread's own
+   * slow paths, before the freeing thread runs, count. */
+  long purge_delay_option = shoal_option_get(SHOAL_OPTION_PURGE_DELAY);
+  shoal_option_set(SHOAL_OPTION_PURGE_DELAY, 250);
+  depot_chain = (OUTBOX_BYTES + class_block_size[size_class] - 1) / class_block_size[size_class];
+  CHECK((DEPOT_OWNER_WINDOW + 2 * DEPOT_ROUND_CHAINS) * depot_chain <= DEPOT_BLOCKS);
+  CHECK(!depot_may_hold(size_class));
+  for (size_t i = 0; i < DEPOT_BLOCKS; i++) {
+    depot_blocks[0][i] = shoal_malloc(DEPOT_SIZE);
+    memset(depot_blocks[0][i], 0x77, DEPOT_SIZE);
+  }
+  static void *one_heaps[DEPOT_BLOCKS];
+  for (size_t i = 0; i < (DEPOT_OWNER_WINDOW + DEPOT_ROUND_CHAINS) * depot_chain; i++)
+    one_heaps[i] = shoal_malloc(DEPOT_SIZE);
+  pthread_t other, freeing;
+  CHECK(pthread_create(&freeing, NULL, free_for_one_heap, one_heaps) == 0);
+  CHECK(pthread_join(freeing, NULL) == 0);
+
+  CHECK(pthread_barrier_init(&depot_barrier, NULL, 3) == 0);
+  CHECK(pthread_create(&other, NULL, allocate_for_depot, NULL) == 0);
+  CHECK(pthread_create(&freeing, NULL, free_for_two_heaps, NULL) == 0);
+  pthread_barrier_wait(&depot_barrier); /* 1 */
+  pthread_barrier_wait(&depot_barrier); /* 2 */
+
+  /* This thread's mallocs of the class take the depot's chains, blocks of
+   * both heaps' pages, before its own pages' free blocks: no new page. */
+  size_t pages_before = atomic_load(&thread_heap->pages_taken), of_other = 0, total = 0;
+  static void *again[DEPOT_BLOCKS];
+  while (depot_may_hold(size_class)) {
+    CHECK(total < DEPOT_BLOCKS);
+    again[total] = shoal_malloc(DEPOT_SIZE);
+    CHECK(again[total] != NULL);
+    if (freed_of_other_heap(again[total])) of_other++;
+    total++;
+  }
+  CHECK_CTX(of_other >= depot_chain, "%zu of %zu blocks were the other heap's", of_other, total);
+  CHECK(atomic_load(&thread_heap->pages_taken) == pages_before);
+  pthread_barrier_wait(&depot_barrier); /* 3 */
+  pthread_barrier_wait(&depot_barrier); /* 4 */
+
+  /* Chains nobody takes for a purge delay go home at any thread's next
+   * malloc slow path. */
+  int64_t deadline = os_now_ms() + 5000;
+  while (os_now_ms() < depot_stale_at(size_class)) {
+    CHECK(os_now_ms() < deadline);
+    sleep_ms(1);
+  }
+  void *large = shoal_malloc(100000); /* a slow path that takes no chain of the class */
+  CHECK(large != NULL && !depot_may_hold(size_class));
+  shoal_free(large);
+  pthread_barrier_wait(&depot_barrier); /* 5 */
+  CHECK(pthread_join(freeing, NULL) == 0 && pthread_join(other, NULL) == 0);
+  pthread_barrier_destroy(&depot_barrier);
+  for (size_t i = 0; i < total; i++) shoal_free(again[i]);
+  for (size_t heap = 0; heap < 2; heap++)
+    for (size_t i = depot_freed * depot_chain; i < DEPOT_BLOCKS; i++)
+      shoal_free(depot_blocks[heap][i]);
+  shoal_collect(true);
+  shoal_option_set(SHOAL_OPTION_PURGE_DELAY, purge_delay_option);
 }
 
 /* ---- a medium block freed for another thread serves the freer ---- */
@@ -491,6 +630,7 @@ static void test_heap_one_page(void) {
 int main(void) {
   test_heap_one_page();
   test_outbox();
+  test_depot();
   test_medium_remote_cache();
   test_freed_before_fresh();
   test_borrow();
