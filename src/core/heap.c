@@ -203,12 +203,17 @@ static void heap_page_give_back(shoal_heap_t *heap, shoal_page_t *page) {
  * thread fault it all in again, a third of mstress's time), until its purge
  * is due; then the next slow path of any thread gives it back. So does the
  * heap of an idle thread that others served (heap_serve_idle). */
-static void others_purge_note(int64_t at) {
-  int64_t due = atomic_load_explicit(&others_purge_at_ms, memory_order_relaxed);
+/* A shared deadline (0: none) brought forward to `at` if that is earlier. */
+static void deadline_note(_Atomic(int64_t) *deadline, int64_t at) {
+  int64_t due = atomic_load_explicit(deadline, memory_order_relaxed);
   while ((due == 0 || at < due) &&
-         !atomic_compare_exchange_weak_explicit(&others_purge_at_ms, &due, at, memory_order_relaxed,
+         !atomic_compare_exchange_weak_explicit(deadline, &due, at, memory_order_relaxed,
                                                 memory_order_relaxed)) {
   }
+}
+
+static void others_purge_note(int64_t at) {
+  deadline_note(&others_purge_at_ms, at);
 }
 
 static void heap_serve_all_idle(void);
@@ -842,11 +847,7 @@ static shoal_page_t *heap_find_page(shoal_heap_t *heap, uint8_t size_class, bool
 static _Atomic(int64_t) depot_check_at_ms;
 
 static void depot_check_note(int64_t at) {
-  int64_t due = atomic_load_explicit(&depot_check_at_ms, memory_order_relaxed);
-  while ((due == 0 || at < due) &&
-         !atomic_compare_exchange_weak_explicit(&depot_check_at_ms, &due, at, memory_order_relaxed,
-                                                memory_order_relaxed)) {
-  }
+  deadline_note(&depot_check_at_ms, at);
 }
 
 /* Whether this thread frees for more than one heap: over its last window
@@ -856,8 +857,7 @@ static void depot_check_note(int64_t at) {
  * give their slices to other classes, where blocks handed round by the
  * depot keep every page of the class in use (prodcons, one producer: 1.3
  * to 1.5 times the peak through the depot). */
-static bool heap_frees_for_many_heaps(shoal_heap_t *heap, const shoal_page_t *page) {
-  shoal_heap_t *owner = (shoal_heap_t *)atomic_load_explicit(&page->owner, memory_order_relaxed);
+static bool heap_frees_for_many_heaps(shoal_heap_t *heap, shoal_heap_t *owner) {
   if (owner != heap->remote_owner_last) {
     if (heap->remote_owner_last != NULL) heap->owner_changes_in_window++;
     heap->remote_owner_last = owner;
@@ -881,11 +881,12 @@ static bool heap_frees_for_many_heaps(shoal_heap_t *heap, const shoal_page_t *pa
 static bool outbox_to_depot(shoal_heap_t *heap, const outbox_slot_t *slot) {
   uint8_t size_class = slot->page->shared_class;
   if (heap->outbox_home_only || size_class < DEPOT_FIRST_CLASS || size_class >= CLASS_COUNT ||
-      heap->queues[size_class].first != NULL || !heap_frees_for_many_heaps(heap, slot->page))
+      heap->queues[size_class].first != NULL)
     return false;
   shoal_heap_t *owner =
       (shoal_heap_t *)atomic_load_explicit(&slot->page->owner, memory_order_relaxed);
-  if (owner == NULL || atomic_load_explicit(&owner->state, memory_order_relaxed) != HEAP_LIVE)
+  if (!heap_frees_for_many_heaps(heap, owner) || owner == NULL ||
+      atomic_load_explicit(&owner->state, memory_order_relaxed) != HEAP_LIVE)
     return false;
   int64_t now = os_now_ms(), stale_at = depot_stale_at(size_class);
   if (stale_at != 0 && now >= stale_at) {

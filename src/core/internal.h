@@ -361,7 +361,10 @@ typedef struct shoal_heap_s {
    * summed over the heaps, is the process's page count (a page may be given
    * back by another heap than took it). Kept with or without statistics. */
   _Atomic(size_t) pages_taken, pages_given;
-  uint64_t outbox_occupied;     /* (owner) a bit per slot holding blocks */
+  uint64_t outbox_occupied; /* (owner) a bit per slot holding blocks */
+  /* (owner) A depot found stale while a chain was sent: drained once the
+   * outbox is whole again. Beside outbox_occupied, which every push writes. */
+  bool depot_drain_due;
   size_t purge_pending_bytes;   /* (owner) free dirty slice bytes not yet purged */
   _Atomic(int64_t) purge_at_ms; /* (owner, read by a free) when to purge them; 0: nothing pending */
   int64_t purge_latest_ms;      /* (owner) frees push purge_at_ms back no later than this */
@@ -395,7 +398,6 @@ typedef struct shoal_heap_s {
   uint32_t chains_in_window, owner_changes_in_window;
   bool frees_for_many_heaps;
   bool outbox_home_only; /* (owner) draining or leaving: every chain goes home */
-  bool depot_drain_due;  /* (owner) a depot found stale: drain once the outbox is whole */
 } cache_aligned shoal_heap_t;
 
 /* ---- lock.c: spin with pause, then yield, then futex; never a fixed sleep ---- */
