@@ -31,6 +31,10 @@ size_t os_page_size(void) {
   return 4096;
 }
 
+size_t os_huge_page_size(void) {
+  return (size_t)2 << 20; /* a page-middle-directory entry's span, 4 KiB pages */
+}
+
 /* mmap with the kernel's errno turned into ENOMEM: every failure of ours is
  * one. No MAP_NORESERVE: the kernel's overcommit check then refuses an
  * absurd request (malloc of 64 TiB) at once, as it does for glibc, instead

@@ -168,6 +168,10 @@ void os_advise_huge_pages(void *address, size_t size, bool wanted) {
   (void)wanted;
 }
 
+size_t os_huge_page_size(void) {
+  return (size_t)2 << 20; /* what a large page would be; nothing asks for one here */
+}
+
 /* In place only: a shrink decommits the tail (the reservation stays whole,
  * for os_unmap), a growth commits what the reservation still has after
  * the mapping. Anything else is NULL: the caller copies. */

@@ -1,5 +1,5 @@
 /* large layer (huge blocks) and arena segment cache, seen from inside: a
- * freed huge block is reused from the cache (trimmed or grown in place of a
+ * freed huge block is reused from the cache (whole, cut or grown in place of a
  * fresh mapping), mremap growth keeps contents and the segment map follows
  * the block, an alignment beyond the segment size gives an interior pointer
  * that still finds its segment, and an emptied segment comes back from the
@@ -39,7 +39,8 @@ int main(void) {
   fill(b, 40 * MIB, 9);
 
   /* Freed, it waits in the cache: a smaller request gets the same memory
-   * back (trimmed), with the free key cleared. */
+   * back (whole: less than four times what it needs), with the free key
+   * cleared. */
   shoal_free(b);
   uint8_t *c = shoal_malloc(30 * MIB);
   CHECK(c == b);
