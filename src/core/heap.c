@@ -230,6 +230,29 @@ static int64_t heap_dead_purge_at(const shoal_heap_t *heap) {
  * the delay on its own CPU time: 8 threads on 2 cores wait 9 ms of every
  * 12, and purging on the clock, largemix t=8 and mstress t=8 faulted in 2-4
  * times the memory of the best allocator. */
+/* A class page carves its slices an OS page or a block at a time, and a
+ * page made on slices that a large block or another class's page touched
+ * keeps the rest of them resident, where no other class and no other page
+ * can use it (mtalloc t=2: 1.25 of its 7.2 MiB at the peak). At a due
+ * purge, what such a page has not carved since it was made is given back;
+ * carving into it later faults it in as fresh memory. Only queued pages
+ * can have such a part: a parked one has carved all it holds. */
+static void heap_purge_untouched_tails(shoal_heap_t *heap) {
+  if (!heap->touched_tails) return;
+  heap->touched_tails = false;
+  size_t os_page = os_page_size();
+  for (size_t size_class = 0; size_class < CLASS_COUNT; size_class++) {
+    for (shoal_page_t *page = heap->queues[size_class].first; page != NULL; page = page->next) {
+      if (!page->touched_tail) continue;
+      page->touched_tail = 0;
+      uintptr_t carved = (uintptr_t)page->start + (size_t)page->capacity * page->block_size;
+      uintptr_t from = (carved + os_page - 1) & ~(os_page - 1);
+      uintptr_t end = (uintptr_t)page->start + (size_t)page->slice_count * SLICE_SIZE;
+      if (from < end) os_purge((void *)from, end - from);
+    }
+  }
+}
+
 static void heap_purge_due(shoal_heap_t *heap, int64_t now) {
   long delay = purge_delay();
   if (heap != thread_heap) { /* a dead thread's, serviced: warm for an adopter a while */
@@ -247,6 +270,7 @@ static void heap_purge_due(shoal_heap_t *heap, int64_t now) {
     return;
   }
   *last = usage;
+  heap_purge_untouched_tails(heap);
   if (!contended && now - heap->page_freed_ms >= 2 * delay)
     segment_purge_heap(heap);
   else
@@ -711,6 +735,8 @@ static shoal_page_t *heap_fresh_page(shoal_heap_t *heap, uint8_t size_class) {
     page = segment_page_alloc(heap, class_slices[size_class]);
     if (page == NULL) return NULL;
     page_init(page, heap, class_block_size[size_class], size_class, page->is_zero);
+    page->touched_tail = !page->is_zero;
+    heap->touched_tails |= !page->is_zero;
   }
   page_extend(page);
   heap_queue_push(heap, page);
@@ -1277,6 +1303,7 @@ void heap_collect(shoal_heap_t *heap, bool force) {
     }
   }
   if (force) {
+    heap_purge_untouched_tails(heap);
     segment_purge_heap(heap);
     huge_cache_trim(true);
   } else {

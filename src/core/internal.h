@@ -161,6 +161,8 @@ typedef struct shoal_page_s {
   uint8_t shared_class;       /* copy of size_class */
   uint8_t slice_count;        /* (owner) slices spanned */
   uint8_t has_aligned;        /* (owner) an aligned block may be freed by an interior pointer */
+  uint8_t touched_tail;       /* (owner) made on touched slices: what it has not carved may be
+                                 resident (heap.c, heap_purge_untouched_tails) */
   _Atomic(uintptr_t) owner;   /* (owner) the heap; 0 while the slice is not a page */
   uint32_t reserved;          /* (owner) blocks the page can hold */
   struct shoal_page_s *next, *prev; /* (owner) class queue or full list */
@@ -365,6 +367,7 @@ typedef struct shoal_heap_s {
   /* (owner) A depot found stale while a chain was sent: drained once the
    * outbox is whole again. Beside outbox_occupied, which every push writes. */
   bool depot_drain_due;
+  bool touched_tails;           /* (owner) a page with touched_tail made since the last due purge */
   size_t purge_pending_bytes;   /* (owner) free dirty slice bytes not yet purged */
   _Atomic(int64_t) purge_at_ms; /* (owner, read by a free) when to purge them; 0: nothing pending */
   int64_t purge_latest_ms;      /* (owner) frees push purge_at_ms back no later than this */

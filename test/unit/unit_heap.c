@@ -12,8 +12,9 @@
  * ones; a dead thread's heap is serviced by a remote free and adopted by
  * the next thread, or gives a segment at a time to a live one that needs
  * memory; a heap that takes a cached segment counts its touched slices as
- * its own to purge; a thread that frees only its own blocks touches one
- * page of its heap. */
+ * its own to purge; a class page made on slices that were touched gives
+ * back at a collect what it has not carved; a thread that frees only its
+ * own blocks touches one page of its heap. */
 #include "../testhelper.h"
 #include "core/internal.h"
 
@@ -627,8 +628,68 @@ static void test_heap_one_page(void) {
   run_in_thread(own_blocks_only);
 }
 
+/* ---- a page on touched slices gives back what it has not carved ---- */
+
+/* A large block writes its slices and frees them; the class page made next
+ * takes touched slices first and carves one block: the rest stays resident
+ * until a due purge or a collect, which gives back what the page has not
+ * carved and leaves its block intact. Carving on, the page serves that
+ * memory again as fresh. */
+static void *page_on_touched_slices(void *arg) {
+  (void)arg;
+  size_t large = 8 * SLICE_SIZE, size = 3000;
+  void *keep = shoal_malloc(64); /* the segment stays the heap's when the large block goes */
+  uint8_t *big = shoal_malloc(large);
+  CHECK(big != NULL);
+  memset(big, 0x5a, large);
+  shoal_segment_t *segment = segment_of(big);
+  shoal_free(big);
+  uint8_t *first = shoal_malloc(size);
+  CHECK(first != NULL && segment_of(first) == segment);
+  shoal_page_t *page = segment_page_of(segment, first);
+  CHECK(page->touched_tail && page->capacity == 1);
+  memset(first, 0x33, size);
+  uint8_t *tail = (uint8_t *)(((uintptr_t)first + size + 4095) & ~(uintptr_t)4095);
+  uint8_t *end = page->start + (size_t)page->slice_count * SLICE_SIZE;
+  shoal_stats_t before;
+  shoal_stats_get(&before);
+  shoal_collect(true);
+  shoal_stats_t after;
+  shoal_stats_get(&after);
+  CHECK_CTX(after.purged_bytes >= before.purged_bytes + (size_t)(end - tail),
+            "purged %zu bytes, the page's tail is %zu", after.purged_bytes - before.purged_bytes,
+            (size_t)(end - tail));
+  CHECK(!page->touched_tail);
+  for (size_t i = 0; i < size; i++) CHECK(first[i] == 0x33);
+#ifdef __linux__
+  int pagemap = open("/proc/self/pagemap", O_RDONLY);
+  if (pagemap >= 0) {
+    for (uint8_t *at = tail; at < end; at += 4096) CHECK(!page_written(pagemap, at));
+    close(pagemap);
+  }
+#endif
+  void *more[16];
+  for (size_t i = 0; i < 16; i++) {
+    more[i] = shoal_malloc(size);
+    CHECK(segment_page_of(segment_of(more[i]), more[i]) == page);
+    memset(more[i], (int)i, size);
+  }
+  for (size_t i = 0; i < 16; i++) {
+    for (size_t k = 0; k < size; k += 512) CHECK(((uint8_t *)more[i])[k] == (uint8_t)i);
+    shoal_free(more[i]);
+  }
+  shoal_free(first);
+  shoal_free(keep);
+  return NULL;
+}
+
+static void test_touched_tail_purged(void) {
+  run_in_thread(page_on_touched_slices);
+}
+
 int main(void) {
   test_heap_one_page();
+  test_touched_tail_purged();
   test_outbox();
   test_depot();
   test_medium_remote_cache();
