@@ -223,13 +223,6 @@ static int64_t heap_dead_purge_at(const shoal_heap_t *heap) {
   return heap->abandoned_ms + purge_wait(PURGE_DEAD_DELAYS);
 }
 
-/* The purge delay has passed on the clock. A heap that has freed no page
- * for two delays is quiet: its owner is blocked or busy elsewhere, and all
- * its free slices go. Else only the slices it has not freed since the last
- * purge go now. An owner that has only waited for cores meanwhile counts
- * the delay on its own CPU time: 8 threads on 2 cores wait 9 ms of every
- * 12, and purging on the clock, largemix t=8 and mstress t=8 faulted in 2-4
- * times the memory of the best allocator. */
 /* A class page carves its slices an OS page or a block at a time, and a
  * page made on slices that a large block or another class's page touched
  * keeps the rest of them resident, where no other class and no other page
@@ -253,6 +246,13 @@ static void heap_purge_untouched_tails(shoal_heap_t *heap) {
   }
 }
 
+/* The purge delay has passed on the clock. A heap that has freed no page
+ * for two delays is quiet: its owner is blocked or busy elsewhere, and all
+ * its free slices go. Else only the slices it has not freed since the last
+ * purge go now. An owner that has only waited for cores meanwhile counts
+ * the delay on its own CPU time: 8 threads on 2 cores wait 9 ms of every
+ * 12, and purging on the clock, largemix t=8 and mstress t=8 faulted in 2-4
+ * times the memory of the best allocator. */
 static void heap_purge_due(shoal_heap_t *heap, int64_t now) {
   long delay = purge_delay();
   if (heap != thread_heap) { /* a dead thread's, serviced: warm for an adopter a while */

@@ -35,8 +35,8 @@ void os_purge_lazy(void *address, size_t size);
 /* Ask for transparent huge pages (where the system leaves it to madvise):
  * the range then faults in os_huge_page_size() at a time. Advice for part
  * of a mapping makes it two kernel mappings, which os_remap_aligned cannot
- * resize; the same advice for the whole makes it one again, where a page
- * of it was written before the first advice. */
+ * resize; one advice for the whole (either one) makes it one again, where
+ * a page of it was written before the first advice. */
 void os_advise_huge_pages(void *address, size_t size, bool wanted);
 size_t os_huge_page_size(void);
 /* Grow or shrink a mapping, moving it (without copying) to an address
