@@ -778,7 +778,6 @@ static shoal_page_t *heap_depot_take(shoal_heap_t *heap, uint8_t size_class) {
   if (size_class < DEPOT_FIRST_CLASS) return NULL;
   int64_t now = os_now_ms();
   depot_note_wanted(size_class, now);
-  if (!depot_may_hold(size_class)) return NULL;
   chain_t chain = depot_take(size_class, now);
   if (chain.head == NULL) return NULL;
   shoal_page_t *cache = &heap->remote_cache[size_class];
@@ -920,7 +919,7 @@ static bool outbox_to_depot(shoal_heap_t *heap, const outbox_slot_t *slot) {
     return false;
   }
   if (!depot_is_wanted(size_class, now)) return false;
-  if (!depot_put(size_class, (chain_t){slot->head, slot->tail, slot->count}, now)) return false;
+  if (!depot_put(size_class, slot->chain, now)) return false;
   int64_t check_at = depot_stale_at(size_class);
   if (check_at != 0) depot_check_note(check_at);
   return true;
@@ -936,7 +935,7 @@ static void outbox_send(shoal_heap_t *heap, size_t index) {
   outbox_slot_t *slot = &heap->outbox[index];
   shoal_heap_t *to_serve = NULL;
   if (!outbox_to_depot(heap, slot))
-    to_serve = page_push_remote(slot->page, slot->head, slot->tail, slot->count);
+    to_serve = page_push_remote(slot->page, slot->chain.head, slot->chain.tail, slot->chain.count);
   slot->page = NULL;
   heap->outbox_occupied &= ~((uint64_t)1 << index);
   if (unlikely(to_serve != NULL)) heap_serve(to_serve);
@@ -948,14 +947,12 @@ void heap_outbox_push(shoal_heap_t *heap, shoal_page_t *page, shoal_block_t *blo
   if (slot->page != page) {
     if (slot->page != NULL) outbox_send(heap, index);
     slot->page = page;
-    slot->head = NULL;
-    slot->tail = block;
-    slot->count = 0;
+    slot->chain = (chain_t){NULL, block, 0};
     heap->outbox_occupied |= (uint64_t)1 << index;
   }
-  block->next = slot->head;
-  slot->head = block;
-  if (++slot->count * page->shared_block_size >= OUTBOX_BYTES) outbox_send(heap, index);
+  block->next = slot->chain.head;
+  slot->chain.head = block;
+  if (++slot->chain.count * page->shared_block_size >= OUTBOX_BYTES) outbox_send(heap, index);
   if (unlikely(heap->depot_drain_due)) heap_depot_drain_due(heap);
 }
 

@@ -308,8 +308,7 @@ typedef struct chain_s {
  * sent: a chain from head to tail, sent with one CAS (page_push_remote). */
 typedef struct outbox_slot_s {
   shoal_page_t *page; /* NULL: the slot is empty */
-  shoal_block_t *head, *tail;
-  uint32_t count;
+  chain_t chain;
 } outbox_slot_t;
 
 /* lock.c's lock (its functions below). */
