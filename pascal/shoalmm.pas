@@ -95,7 +95,8 @@ type
     soReallocGrowth,  { 1: over-allocate on realloc growth }
     soLeaksSample,    { SHOAL_LEAKS: one sample per this many bytes }
     soCheckQuarantine, { SHOAL_CHECK: bytes of freed blocks held back }
-    soHugePages       { 1: back huge blocks with transparent huge pages }
+    soHugePages,      { 1: back huge blocks with transparent huge pages }
+    soMediumPool      { 1: plain 1-16 KiB blocks from a coalescing pool }
   );
 
 { True when this unit installed shoal as the memory manager. }

@@ -300,6 +300,31 @@ static int case_free_inside_remote(void) {
   return 0;
 }
 
+/* The same three for a medium block: of a class page, or of a pool page
+ * with SHOAL_MEDIUM_POOL=1 (whose header must check). */
+enum { MEDIUM = 3000 };
+static int case_free_inside_medium(void) {
+  return free_inside(MEDIUM, 48);
+}
+
+static int double_free_medium(bool remote) {
+  witnesses_make(MEDIUM);
+  void *block = malloc(MEDIUM);
+  CHECK(block != NULL);
+  free_on(block, remote);
+  announce(block);
+  free_on(opaque_pointer(block), remote);
+  check_not_handed_out_twice(MEDIUM);
+  witnesses_check_and_free(MEDIUM);
+  return 0;
+}
+static int case_double_free_medium(void) {
+  return double_free_medium(false);
+}
+static int case_double_free_medium_remote(void) {
+  return double_free_medium(true);
+}
+
 typedef struct misuse_case_s {
   const char *name;
   int (*run)(void);
@@ -326,6 +351,9 @@ static const misuse_case_t cases[] = {
     {"free-huge-tail", case_free_huge_tail},
     {"free-huge-tail-remote", case_free_huge_tail_remote},
     {"free-inside-remote", case_free_inside_remote},
+    {"free-inside-medium", case_free_inside_medium},
+    {"double-free-medium", case_double_free_medium},
+    {"double-free-medium-remote", case_double_free_medium_remote},
 };
 
 int main(int argc, char **argv) {

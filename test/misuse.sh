@@ -98,6 +98,9 @@ free-unused-slice-remote free             not allocated by shoal
 free-huge-tail        free                inside a block
 free-huge-tail-remote free                inside a block
 free-inside-remote    free                inside a block
+free-inside-medium    free                inside a block
+double-free-medium    free                double free
+double-free-medium-remote free            double free
 "
 count=0
 while read -r name function kind; do

@@ -46,6 +46,19 @@ static size_t live_in_class_of(const shoal_stats_t *stats, size_t block_size) {
   return 0;
 }
 
+/* The block size of the class row that counts a block of `usable` bytes:
+ * its own (a class block's usable size is its class's), or the smallest
+ * above it (a medium block is cut to its request, rounded to 16 bytes, and
+ * counts in the class of the request). */
+static size_t row_block_size(const shoal_stats_t *stats, size_t usable) {
+  size_t best = 0;
+  for (int c = 0; c < SHOAL_STATS_SIZE_CLASSES; c++) {
+    size_t size = stats->classes[c].block_size;
+    if (size >= usable && (best == 0 || size < best)) best = size;
+  }
+  return best != 0 ? best : usable;
+}
+
 /* Frees in another thread what main allocated: remote frees. */
 static void *free_handed(void *unused) {
   (void)unused;
@@ -73,7 +86,7 @@ int main(void) {
   CHECK(kept[KEPT_SMALL] != NULL && kept[KEPT_SMALL + 1] != NULL);
 
   char line[256];
-  size_t block_size = malloc_usable_size(kept[0]);
+  size_t block_size = row_block_size(&before, malloc_usable_size(kept[0]));
   int length = snprintf(line, sizeof line,
                         "kept_small=%d kept_block_size=%zu malloc_is_shoal=%d\n"
                         "before_small=%zu before_large=%zu before_huge=%zu\n",

@@ -174,12 +174,12 @@ cp "$scratch/out" "$scratch/help-run"
 for word in run bench version help --stats '--stats[=json]' '--leaks[=all]' --report SHOAL_REPORT_FILE --leaks-file --check '--contention[=FILE]' --trace SHOAL_TRACE \
   --verbose --option --help SHOAL_STATS SHOAL_LEAKS SHOAL_LEAKS_FILE SHOAL_LEAKS_SAMPLE SHOAL_CHECK \
   SHOAL_CHECK_QUARANTINE SHOAL_CONTENTION SHOAL_PURGE_DELAY SHOAL_PURGE_LIMIT SHOAL_HUGE_CACHE \
-  SHOAL_ABORT_ON_ERROR SHOAL_VERBOSE SHOAL_REALLOC_GROWTH SHOAL_HUGE_PAGES SHOAL_LIBRARY; do
+  SHOAL_ABORT_ON_ERROR SHOAL_VERBOSE SHOAL_REALLOC_GROWTH SHOAL_HUGE_PAGES SHOAL_MEDIUM_POOL SHOAL_LIBRARY; do
   grep -qF -- "$word" "$scratch/help" || fail "shoal --help does not mention $word"
 done
 for word in '--stats[=json]' '--leaks[=all]' --report --leaks-file --check '--contention[=FILE]' --trace --verbose --option --help \
   PURGE_DELAY PURGE_LIMIT HUGE_CACHE ABORT_ON_ERROR VERBOSE REALLOC_GROWTH LEAKS_SAMPLE CHECK_QUARANTINE \
-  HUGE_PAGES; do
+  HUGE_PAGES MEDIUM_POOL; do
   grep -qF -- "$word" "$scratch/help-run" || fail "shoal run --help does not mention $word"
 done
 for name in $options; do

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 LAYERS = ["os", "core", "diag", "api"]
-CORE_ORDER = ["format", "lock", "options", "size_class", "arena", "large", "segment", "page", "depot", "heap",
+CORE_ORDER = ["format", "lock", "options", "size_class", "arena", "large", "segment", "page", "pool", "depot", "heap",
               "alloc", "stats", "init"]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/([^"]+)"')
 PLATFORM = re.compile(r'\b(_WIN32|_WIN64|__linux__|__APPLE__|__FreeBSD__)\b|<(windows|winbase|unistd)\.h>')

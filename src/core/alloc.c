@@ -44,6 +44,11 @@ static shoal_block_t *block_lookup(const void *p, const char *function, shoal_pa
     return NULL;
   }
   uint8_t *start = page->start;
+  if (page->size_class == CLASS_POOL) {
+    if (pool_block_of(page, p).usable != 0) return (shoal_block_t *)p;
+    report_bad_pointer(function, p, INSIDE);
+    return NULL;
+  }
   if (page->size_class == CLASS_HUGE || page->size_class == CLASS_LARGE) {
     if ((const uint8_t *)p == start ||
         (page->has_aligned && (const uint8_t *)p > start &&
@@ -75,6 +80,7 @@ void *block_containing(const void *p, size_t *usable) {
   shoal_page_t *page =
       segment->kind == SEGMENT_HUGE ? &segment->pages[0] : segment_page_of(segment, p);
   uint8_t size_class = page->shared_class;
+  if (size_class == CLASS_POOL) return pool_block_containing(page, p, usable);
   uint8_t *start = page->shared_start;
   size_t block_size = page->shared_block_size;
   if (size_class == CLASS_NONE || (const uint8_t *)p < start) return NULL;
@@ -144,9 +150,11 @@ void heap_page_freed(shoal_heap_t *heap, shoal_page_t *page) {
 }
 
 /* Home to its page, gathered with others of the page in the outbox; a
- * thread without a heap (after its exit hook) sends it at once. */
-static void free_remote(shoal_heap_t *heap, shoal_page_t *page, shoal_block_t *block) {
-  count_free(heap, page->shared_class, page->shared_block_size, true);
+ * thread without a heap (after its exit hook) sends it at once. Counted
+ * in its class (a pool block's: its request's). */
+static void free_remote(shoal_heap_t *heap, shoal_page_t *page, shoal_block_t *block,
+                        uint8_t size_class, size_t bytes) {
+  count_free(heap, size_class, bytes, true);
   block->key = free_key;
   if (likely(heap != &heap_empty)) {
     heap_outbox_push(heap, page, block);
@@ -174,7 +182,7 @@ void free_not_local(shoal_page_t *page, void *p, size_t size_hint, caller_t call
     heap = heap_of_freeing_thread(); /* an adopted heap may allocate the class */
     if (heap != &heap_empty && remote_cache_push(heap, page, p, size_hint)) return;
   }
-  free_remote(heap, page, block);
+  free_remote(heap, page, block, page->shared_class, page->shared_block_size);
 }
 
 static void free_huge(shoal_segment_t *segment, shoal_block_t *block, const void *p) {
@@ -187,6 +195,28 @@ static void free_huge(shoal_segment_t *segment, shoal_block_t *block, const void
   huge_free(segment);
 }
 
+/* A block of a pool page (its header checked): its owner's free joins it
+ * with its neighbours; another thread's marks it with the free key, as a
+ * class block's, and sends it home. */
+static void free_pool_block(shoal_page_t *page, void *p, size_t size_hint) {
+  pool_block_t block = pool_block_of(page, p);
+  if (block.is_free || ((shoal_block_t *)p)->key == free_key) {
+    report_bad_pointer("free", p, "double free");
+    return;
+  }
+  if (size_hint > block.usable) {
+    report_bad_pointer("free", p, "was freed with a size larger than its block");
+    return;
+  }
+  shoal_heap_t *heap = thread_heap;
+  if (atomic_load_explicit(&page->owner, memory_order_relaxed) == (uintptr_t)heap) {
+    heap_pool_free(heap, page, p);
+    return;
+  }
+  if (unlikely(heap == &heap_empty)) heap = heap_of_freeing_thread();
+  free_remote(heap, page, p, block.size_class, block.usable);
+}
+
 slow_path void free_slow(void *p, size_t size_hint, caller_t caller) {
   (void)caller;
   if (p == NULL) return;
@@ -195,6 +225,10 @@ slow_path void free_slow(void *p, size_t size_hint, caller_t caller) {
   shoal_block_t *block = block_lookup(p, "free", &page);
   if (block == NULL) goto done;
   shoal_segment_t *segment = segment_of(page);
+  if (page->size_class == CLASS_POOL) {
+    free_pool_block(page, p, size_hint);
+    goto done;
+  }
   if (size_hint != 0) {
     size_t usable =
         page->size_class == CLASS_HUGE ? huge_usable_size(segment, block) : page->block_size;
@@ -229,15 +263,16 @@ slow_path void free_slow(void *p, size_t size_hint, caller_t caller) {
     heap_slow_exit(heap);
     if (still_own) goto done;
   }
-  free_remote(heap, page, block);
+  free_remote(heap, page, block, page->size_class, page->block_size);
 done:
   errno = saved_errno;
 }
 
 /* ---- malloc ---- */
 
-/* Sizes above DIRECT_MAX up to MEDIUM_MAX pop here; everything else is the
- * slow path, which makes the thread's heap on its first call. */
+/* Sizes above DIRECT_MAX up to MEDIUM_MAX pop here (or come from the pool:
+ * alloc_medium_pop); everything else is the slow path, which makes the
+ * thread's heap on its first call. */
 out_of_line void *alloc_generic(shoal_heap_t *heap, size_t size, caller_t caller) {
   (void)caller;
   void *p = alloc_medium_pop(heap, size, true);
@@ -321,6 +356,7 @@ size_t core_usable_size(const void *p, const char *function) {
   shoal_block_t *block = block_lookup(p, function, &page);
   if (block == NULL) return 0;
   if (page->size_class == CLASS_HUGE) return huge_usable_size(segment_of(page), p);
+  if (page->size_class == CLASS_POOL) return pool_block_of(page, p).usable;
   return (size_t)((uint8_t *)block + page->block_size - (const uint8_t *)p);
 }
 
@@ -391,6 +427,10 @@ static slow_path void *realloc_slow(void *p, size_t size, caller_t caller) {
   shoal_segment_t *segment = segment_find(p);
   shoal_page_t *page = segment_page_of(segment, p);
   shoal_heap_t *heap = thread_heap;
+  if (segment->kind == SEGMENT_NORMAL && page->size_class == CLASS_POOL && size > usable &&
+      atomic_load_explicit(&page->owner, memory_order_relaxed) == (uintptr_t)heap &&
+      heap_pool_grow(heap, page, p, size))
+    return p; /* over the free block after it: no copy */
   if (segment->kind == SEGMENT_NORMAL && page->size_class == CLASS_LARGE && size > usable &&
       size <= LARGE_MAX &&
       atomic_load_explicit(&page->owner, memory_order_relaxed) == (uintptr_t)heap) {

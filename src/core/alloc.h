@@ -86,9 +86,13 @@ fast_path void *medium_borrow(shoal_heap_t *heap, uint8_t size_class) {
  * pages of small classes do) or from the first page of its queue; when no
  * other page of the class and no remote free may hold a block, a
  * neighbour's free block (`may_borrow`: medium_borrow) or the page's next
- * never-used block (page_bump). NULL: the slow path's turn. */
+ * never-used block (page_bump). NULL: the slow path's turn. A plain request
+ * up to POOL_MAX goes to the heap's pool instead while SHOAL_MEDIUM_POOL is
+ * set. */
 fast_path void *alloc_medium_pop(shoal_heap_t *heap, size_t size, bool may_borrow) {
   if (likely(size > DIRECT_MAX && size <= MEDIUM_MAX)) {
+    if (may_borrow && unlikely(size_is_pooled(size)) && heap != &heap_empty)
+      return heap_pool_malloc(heap, size); /* SHOAL_MEDIUM_POOL */
     uint8_t size_class = size_class_of_large(size);
     shoal_page_t *cache = &heap->remote_cache[size_class];
     if (cache->free != NULL) return page_pop(heap, cache);

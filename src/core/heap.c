@@ -156,6 +156,7 @@ static bool heap_park(shoal_heap_t *heap, shoal_page_t *page) {
 
 /* The list a parked page is in. */
 static page_queue_t *parked_list(shoal_heap_t *heap, shoal_page_t *page) {
+  if (page->size_class == CLASS_POOL) return &heap->pool; /* armed as parked pages are */
   return (page->flags & PAGE_REPARKED) ? &heap->reparked : &heap->full;
 }
 
@@ -246,6 +247,13 @@ static void heap_purge_untouched_tails(shoal_heap_t *heap) {
   }
 }
 
+/* The free blocks of the heap's pool pages: those free since the last
+ * due purge give their inner OS pages back (all of them, with `all`). */
+static void heap_pool_purge(shoal_heap_t *heap, bool all) {
+  for (shoal_page_t *page = heap->pool.first; page != NULL; page = page->next)
+    pool_purge(page, all);
+}
+
 /* The purge delay has passed on the clock. A heap that has freed no page
  * for two delays is quiet: its owner is blocked or busy elsewhere, and all
  * its free slices go. Else only the slices it has not freed since the last
@@ -257,10 +265,12 @@ static void heap_purge_due(shoal_heap_t *heap, int64_t now) {
   long delay = purge_delay();
   if (heap != thread_heap) { /* a dead thread's, serviced: warm for an adopter a while */
     int64_t due = heap_dead_purge_at(heap);
-    if (now < due)
+    if (now < due) {
       atomic_store_explicit(&heap->purge_at_ms, due, memory_order_relaxed);
-    else
+    } else {
+      heap_pool_purge(heap, true);
       segment_purge_heap(heap);
+    }
     return;
   }
   os_thread_usage_t usage = os_thread_usage(), *last = &heap->purge_usage;
@@ -271,6 +281,7 @@ static void heap_purge_due(shoal_heap_t *heap, int64_t now) {
   }
   *last = usage;
   heap_purge_untouched_tails(heap);
+  heap_pool_purge(heap, false);
   if (!contended && now - heap->page_freed_ms >= 2 * delay)
     segment_purge_heap(heap);
   else
@@ -384,14 +395,39 @@ static void heap_take_returned_guest(shoal_heap_t *heap, shoal_page_t *page) {
   if (to_serve != NULL) heap_serve(to_serve);
 }
 
+static void heap_pool_collect(shoal_page_t *page);
+static void heap_pool_page_emptied(shoal_heap_t *heap, shoal_page_t *page, bool keep_last);
+
+/* Pool pages back on the notify stack for their owner (heap_drain). */
+static void heap_notify_again(shoal_heap_t *heap, shoal_page_t *first, shoal_page_t *last) {
+  shoal_page_t *head = atomic_load_explicit(&heap->notified, memory_order_relaxed);
+  do {
+    last->next_notified = head;
+  } while (!atomic_compare_exchange_weak_explicit(&heap->notified, &head, first,
+                                                  memory_order_release, memory_order_relaxed));
+}
+
 static void heap_drain(shoal_heap_t *heap, drain_mode_t mode) {
   shoal_page_t *page = atomic_exchange_explicit(&heap->notified, NULL, memory_order_acquire);
   atomic_store_explicit(&heap->notified_slices, 0, memory_order_relaxed);
+  /* An idle owner's pool pages stay notified: the owner changes its pool
+   * without the slow lock (heap_pool_malloc), so only it joins their
+   * blocks. They count no slices: no serve is asked for them. */
+  shoal_page_t *for_owner = NULL, *for_owner_last = NULL;
   while (page != NULL) {
     shoal_page_t *next = page->next_notified;
     shoal_heap_t *owner = (shoal_heap_t *)atomic_load_explicit(&page->owner, memory_order_relaxed);
     if (unlikely(atomic_load_explicit(&page->guest, memory_order_relaxed) == GUEST_RETURNING)) {
       heap_take_returned_guest(heap, page);
+    } else if (owner == heap && page->size_class == CLASS_POOL) {
+      if (mode == DRAIN_FOR_IDLE_OWNER) {
+        page->next_notified = for_owner;
+        for_owner = page;
+        if (for_owner_last == NULL) for_owner_last = page;
+      } else {
+        heap_pool_collect(page);
+        if (page->used == 0) heap_pool_page_emptied(heap, page, mode != DRAIN_ABANDONED);
+      }
     } else if (likely(owner == heap)) {
       if (mode == DRAIN_FOR_IDLE_OWNER || (page->flags & PAGE_BORROWED))
         heap_take_notified_kept_parked(heap, page);
@@ -406,6 +442,7 @@ static void heap_drain(shoal_heap_t *heap, drain_mode_t mode) {
     }
     page = next;
   }
+  if (for_owner != NULL) heap_notify_again(heap, for_owner, for_owner_last);
 }
 
 /* A borrowed page its owner's own free emptied (and disarmed): back to its
@@ -467,7 +504,8 @@ static bool page_is_guest(shoal_page_t *page) {
 static bool segment_all_parked(shoal_segment_t *segment) {
   size_t slice = 1;
   for (shoal_page_t *page; (page = segment_next_page(segment, &slice)) != NULL;)
-    if (!page_is_guest(page) && !(page->flags & PAGE_FULL)) return false; /* guests stay theirs */
+    if (!page_is_guest(page) && (!(page->flags & PAGE_FULL) || page->size_class == CLASS_POOL))
+      return false; /* guests stay theirs; the owner allocates from its pool pages */
   return true;
 }
 
@@ -1091,6 +1129,105 @@ void *heap_malloc_large(shoal_heap_t *heap, size_t size, size_t alignment) {
   return block;
 }
 
+/* ---- the medium pool: its pages, their remote frees, their purge ---- */
+
+/* Pool frees between two looks at the purge clock (a few ns each, but
+ * frees come every few dozen ns). */
+#define POOL_FREES_PER_CLOCK 64
+/* Free bytes in a pool page that make a purge worth scheduling. */
+#define POOL_PURGE_MIN_FREE (64 * 1024)
+
+/* Another thread's frees of the page's blocks, into its pool. */
+static void heap_pool_collect(shoal_page_t *page) {
+  for (shoal_block_t *block = page_take_remote_armed(page), *next; block != NULL; block = next) {
+    next = block->next;
+    pool_give(page, block);
+  }
+}
+
+/* An empty pool page back to its segment; the heap's last one stays
+ * (`keep_last`) against thrash at a page's edge, as a class's last page. */
+static void heap_pool_page_emptied(shoal_heap_t *heap, shoal_page_t *page, bool keep_last) {
+  if (keep_last && heap->pool.first == page && heap->pool.last == page) return;
+  if (!page_unpark(page)) return; /* not empty after all: a remote free is on its way */
+  list_remove(&heap->pool, page);
+  heap_page_give_back(heap, page);
+}
+
+static shoal_page_t *heap_pool_open_page(shoal_heap_t *heap) {
+  heap_retire_remotely_emptied(heap);
+  if (heap->segments == NULL) heap_reuse_others_memory(heap);
+  shoal_page_t *page = segment_page_alloc(heap, POOL_SLICES);
+  if (page == NULL) return NULL;
+  page_init(page, heap, POOL_NOMINAL_BLOCK, CLASS_POOL, false);
+  pool_page_init(page);
+  page_mark_parked(page);
+  page_park_full(page);
+  list_push_front(&heap->pool, page);
+  return page;
+}
+
+/* The owner's pool changes without the slow lock (a thread serving the
+ * heap leaves pool pages to the owner, heap_drain; a live heap's segment
+ * with pool pages is never lent): the lock is taken only to drain, to
+ * open or give back a page, and to purge. */
+void *heap_pool_malloc(shoal_heap_t *heap, size_t size) {
+  size_t need = pool_block_bytes(size);
+  uint8_t size_class = size_class_of_large(size);
+  if (unlikely(atomic_load_explicit(&heap->notified, memory_order_relaxed) != NULL)) {
+    heap_slow_enter(heap);
+    heap_drain_notified(heap);
+    heap_slow_exit(heap);
+  }
+  void *block = NULL;
+  shoal_page_t *page;
+  for (page = heap->pool.first; page != NULL; page = page->next)
+    if ((block = pool_take(page, need, size_class)) != NULL) break;
+  if (block == NULL) {
+    heap_slow_enter(heap);
+    page = heap_pool_open_page(heap);
+    heap_slow_exit(heap);
+    if (page == NULL) return out_of_memory();
+    block = pool_take(page, need, size_class);
+  } else if (page != heap->pool.first) {
+    list_remove(&heap->pool, page);
+    list_push_front(&heap->pool, page);
+  }
+  counter_add(&heap->counters.allocated[size_class], 1);
+  return block;
+}
+
+/* A free of the heap's own pool block. A purge is due when a page holds
+ * enough free bytes; the clock is read every POOL_FREES_PER_CLOCK frees. */
+void heap_pool_free(shoal_heap_t *heap, shoal_page_t *page, void *p) {
+  counter_add(&heap->counters.freed[pool_block_of(page, p).size_class], 1);
+  pool_give(page, p);
+  if (page->used == 0) {
+    heap_slow_enter(heap);
+    heap_pool_page_emptied(heap, page, true);
+    heap_slow_exit(heap);
+  } else if (unlikely(++heap->pool_frees_unchecked >= POOL_FREES_PER_CLOCK)) {
+    heap->pool_frees_unchecked = 0;
+    heap_slow_enter(heap); /* a thread serving the heap may purge it too */
+    if (atomic_load_explicit(&heap->purge_at_ms, memory_order_relaxed) != 0)
+      heap_maybe_purge(heap);
+    else if (pool_free_bytes(page) >= POOL_PURGE_MIN_FREE)
+      purge_deadline_push(&heap->purge_at_ms, &heap->purge_latest_ms, os_now_ms(), purge_delay());
+    heap_slow_exit(heap);
+  }
+}
+
+bool heap_pool_grow(shoal_heap_t *heap, shoal_page_t *page, void *p, size_t size) {
+  if (size > POOL_MAX) return false;
+  uint8_t old_class = pool_block_of(page, p).size_class, size_class = size_class_of_large(size);
+  bool grown = pool_grow(page, p, pool_block_bytes(size), size_class);
+  if (grown) { /* counted as the size it has now */
+    counter_add(&heap->counters.freed[old_class], 1);
+    counter_add(&heap->counters.allocated[size_class], 1);
+  }
+  return grown;
+}
+
 static void *heap_malloc_slow_as(shoal_heap_t *heap, size_t size, bool may_borrow) {
   if (unlikely(heap == &heap_empty)) {
     heap = heap_get_or_create();
@@ -1103,9 +1240,10 @@ static void *heap_malloc_slow_as(shoal_heap_t *heap, size_t size, bool may_borro
   heap_slow_enter(heap);
   if (unlikely(atomic_load_explicit(&others_purge_at_ms, memory_order_relaxed) != 0))
     heap_maybe_purge(heap);
-  void *block = size <= MEDIUM_MAX   ? heap_malloc_medium(heap, size, may_borrow)
-                : size > PTRDIFF_MAX ? out_of_memory()
-                                     : heap_malloc_large(heap, size, 0);
+  void *block = may_borrow && size_is_pooled(size) ? heap_pool_malloc(heap, size)
+                : size <= MEDIUM_MAX               ? heap_malloc_medium(heap, size, may_borrow)
+                : size > PTRDIFF_MAX               ? out_of_memory()
+                                                   : heap_malloc_large(heap, size, 0);
   heap_slow_exit(heap);
   return block;
 }
@@ -1208,6 +1346,10 @@ void heap_abandon(shoal_heap_t *heap) {
     }
     heap_direct_update(heap, (uint8_t)size_class);
   }
+  for (shoal_page_t *page = heap->pool.first, *next; page != NULL; page = next) {
+    next = page->next;
+    if (page->used == 0) heap_pool_page_emptied(heap, page, false);
+  }
   /* Warm for the thread that adopts this heap next, up to the purge limit
    * (beyond it, lazily purged now), until its purge is due. */
   if (heap->purge_pending_bytes > (size_t)option(SHOAL_OPTION_PURGE_LIMIT))
@@ -1298,6 +1440,13 @@ void heap_collect(shoal_heap_t *heap, bool force) {
       }
       page = next;
     }
+  }
+  for (shoal_page_t *page = force ? heap->pool.first : NULL, *next; page != NULL; page = next) {
+    next = page->next;
+    if (page->used == 0)
+      heap_pool_page_emptied(heap, page, false);
+    else
+      pool_purge(page, true);
   }
   if (force) {
     heap_purge_untouched_tails(heap);

@@ -132,6 +132,18 @@ typedef const void *caller_t;
 #define CLASS_HUGE    (CLASS_COUNT + 1) /* the page of a huge segment */
 #define CLASS_NONE    (CLASS_COUNT + 2) /* descriptor of a free slice or a header */
 #define COUNTER_SLOTS (CLASS_COUNT + 3) /* counters are kept per class */
+/* A page of the heap's medium pool (pool.c). Its blocks count in the
+ * classes of their requests; the page itself in no counter slot. */
+#define CLASS_POOL (CLASS_COUNT + 3)
+/* Slices of a pool page: room for several of the largest medium blocks
+ * and for the holes between a thread's blocks of every medium size. */
+#define POOL_SLICES 4
+/* The largest plain request the pool serves; above, up to MEDIUM_MAX, the
+ * classes. */
+#define POOL_MAX (16 * 1024)
+/* A pool page's nominal block size, for the outbox, which sends a page's
+ * gathered blocks home once they count OUTBOX_BYTES. */
+#define POOL_NOMINAL_BLOCK DIRECT_MAX
 
 /* Bits set in a slice bitmap. Portable arithmetic rather than the builtin,
  * which without -mpopcnt calls into libgcc: libshoal.a must link with a
@@ -347,6 +359,11 @@ typedef struct shoal_heap_s {
    * again for its owner (heap_serve_idle): the owner's next slow path puts
    * them back in their queues. */
   page_queue_t reparked;
+  /* (owner) Its medium pool's pages (pool.c): the one that served last
+   * first. Each is always armed, as a parked page is: the first remote
+   * free into it queues it on the notify stack. */
+  page_queue_t pool;
+  uint32_t pool_frees_unchecked; /* (owner) pool frees since the last look at the purge clock */
   /* Held by the owner through its slow paths (slow_depth counts nested
    * entries), or by a thread serving the heap while its owner is idle:
    * everything a slow path changes — parked pages, segments, purge — is
@@ -550,7 +567,8 @@ bool page_extend(shoal_page_t *page);
 size_t page_collect(shoal_page_t *page);
 bool page_collect_if_emptied(shoal_page_t *page); /* all out blocks freed remotely: empty now */
 bool page_park_full(shoal_page_t *page); /* arm the notify bit; false: it had remote frees */
-bool page_unpark(shoal_page_t *page);    /* disarm; false: a notification is on its way */
+shoal_block_t *page_take_remote_armed(shoal_page_t *page); /* a pool page's (pool.c) */
+bool page_unpark(shoal_page_t *page); /* disarm; false: a notification is on its way */
 /* A chain of `count` blocks of the page, head to tail, freed by another
  * thread: one CAS (may notify the owner). The owner's heap when it needs
  * serving (heap_serve): its thread is gone, or has let notified pages pile
@@ -576,6 +594,26 @@ static inline bool page_is_carved_block(const shoal_page_t *page, const void *p)
   return is_carved_block(page->shared_start, page->shared_divisor,
                          atomic_load_explicit(&page->shared_limit, memory_order_relaxed), p);
 }
+
+/* ---- pool.c: one pool page's blocks (the caller holds the page's heap,
+ * but where said) ---- */
+typedef struct pool_block_s {
+  size_t usable;      /* 0: no block starts there */
+  uint8_t size_class; /* of the request, for the counters */
+  bool is_free;
+} pool_block_t;
+size_t pool_block_bytes(size_t size); /* what a request takes of a pool page */
+void pool_page_init(shoal_page_t *page);
+/* A block of `need` bytes (pool_block_bytes) out of the page, or NULL. */
+void *pool_take(shoal_page_t *page, size_t need, uint8_t size_class);
+void pool_give(shoal_page_t *page, void *p); /* a live block back, joined with free neighbours */
+/* Grow the live block p in place to `need` bytes, over a free neighbour. */
+bool pool_grow(shoal_page_t *page, void *p, size_t need, uint8_t size_class);
+/* What starts at p (any thread): usable 0 when p is no block start. */
+pool_block_t pool_block_of(const shoal_page_t *page, const void *p);
+void *pool_block_containing(const shoal_page_t *page, const void *p, size_t *usable); /* any */
+size_t pool_free_bytes(const shoal_page_t *page);
+size_t pool_purge(shoal_page_t *page, bool all);
 
 /* ---- depot.c ---- */
 bool depot_may_hold(uint8_t size_class); /* a chain may be there to take */
@@ -623,6 +661,16 @@ void heap_queue_push(shoal_heap_t *heap, shoal_page_t *page);
 void heap_queue_push_back(shoal_heap_t *heap, shoal_page_t *page);
 void heap_page_retire(shoal_heap_t *heap, shoal_page_t *page);
 void heap_drain_notified(shoal_heap_t *heap);
+/* The medium pool (heap.c, over pool.c): plain requests above DIRECT_MAX
+ * up to POOL_MAX while SHOAL_MEDIUM_POOL is set. heap_pool_malloc: NULL
+ * with errno ENOMEM; heap_pool_free and heap_pool_grow: the owner's free
+ * and in-place growth of a block whose header checked (false: copy). */
+static inline bool size_is_pooled(size_t size) {
+  return size > DIRECT_MAX && size <= POOL_MAX && option(SHOAL_OPTION_MEDIUM_POOL) != 0;
+}
+void *heap_pool_malloc(shoal_heap_t *heap, size_t size);
+void heap_pool_free(shoal_heap_t *heap, shoal_page_t *page, void *p);
+bool heap_pool_grow(shoal_heap_t *heap, shoal_page_t *page, void *p, size_t size);
 /* Another heap's block, freed by this heap's thread: into the outbox, sent
  * home with others of its page; heap_outbox_flush sends them all now. */
 void heap_outbox_push(shoal_heap_t *heap, shoal_page_t *page, shoal_block_t *block);

@@ -110,6 +110,18 @@ bool page_collect_if_emptied(shoal_page_t *page) {
   return page->used == 0;
 }
 
+/* Other threads' frees, all of them, the page armed again in the same
+ * exchange (a pool page is never disarmed while it has blocks out): the
+ * next remote free notifies the owner anew. acq_rel: the pusher that
+ * clears the bit then writes the page's notify link, which the drain that
+ * called us has read (as page_park_full hands it over). */
+shoal_block_t *page_take_remote_armed(shoal_page_t *page) {
+  uintptr_t word = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
+  if (word == NOTIFY_BIT) return NULL;
+  word = atomic_exchange_explicit(&page->xthread_free, NOTIFY_BIT, memory_order_acq_rel);
+  return (shoal_block_t *)(word & POINTER_MASK);
+}
+
 bool page_park_full(shoal_page_t *page) {
   uintptr_t expected = 0;
   return atomic_compare_exchange_strong_explicit(&page->xthread_free, &expected, NOTIFY_BIT,
