@@ -80,9 +80,9 @@ typedef struct pool_control_s {
 } pool_control_t;
 
 #define POOL_CONTROL_BYTES ((sizeof(pool_control_t) + 63) & ~(size_t)63)
-_Static_assert(POOL_SLICES *SLICE_SIZE < SEGMENT_SIZE, "a pool block's size has a list");
-_Static_assert(MEDIUM_MAX + POOL_HEADER + POOL_CONTROL_BYTES + POOL_HEADER <=
-                   POOL_SLICES * SLICE_SIZE,
+#define POOL_PAGE_BYTES    ((size_t)POOL_SLICES << SLICE_SHIFT)
+_Static_assert(POOL_PAGE_BYTES < SEGMENT_SIZE, "a pool block's size has a list");
+_Static_assert(MEDIUM_MAX + POOL_HEADER + POOL_CONTROL_BYTES + POOL_HEADER <= POOL_PAGE_BYTES,
                "the largest medium block fits an empty pool page");
 
 /* ---- headers ---- */
