@@ -33,12 +33,13 @@
  * takes the first block of the first non-empty list all of whose blocks
  * fit, found with two bit scans, and splits off what it does not need.
  *
- * Threads: a pool page changes only under its heap's slow lock (the owner
- * takes it for each pool malloc and free, as does a thread that serves the
- * heap). Other threads read headers: the check of a remote free, and
- * block_containing for checked mode. So the header words are atomics
- * (plain moves on x86-64); a header's check is written before its size,
- * which publishes both (release). heap.c keeps the pages, their remote
+ * Threads: a pool page changes only in its heap's owner, without a lock (a
+ * thread that serves an idle owner's heap leaves its pool pages to the
+ * owner, heap.c's heap_drain; a dead thread's heap is its servicer's or
+ * adopter's alone). Other threads read headers: the check of a remote
+ * free, and block_containing for checked mode. So the header words are
+ * atomics (plain moves on x86-64); a header's check is written before its
+ * size, which publishes both (release). heap.c keeps the pages, their remote
  * frees and their purge; this file is one page's blocks. */
 #include <string.h>
 
