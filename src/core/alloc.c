@@ -263,7 +263,7 @@ slow_path void free_slow(void *p, size_t size_hint, caller_t caller) {
     heap_slow_exit(heap);
     if (still_own) goto done;
   }
-  free_remote(heap, page, block, page->size_class, page->block_size);
+  free_remote(heap, page, block, page->shared_class, page->shared_block_size);
 done:
   errno = saved_errno;
 }
