@@ -44,6 +44,13 @@ shoal_windows_test(threads threads)
 shoal_windows_test(stress threads)
 shoal_windows_test(purge threads)
 shoal_windows_test(stats_threads threads)
+# The same programs with the medium pool on (SHOAL_MEDIUM_POOL, off by default).
+foreach(name api stress threads)
+  add_test(NAME ${name}_pool COMMAND test_${name})
+  get_test_property(${name} LABELS labels)
+  set_tests_properties(${name}_pool PROPERTIES LABELS "${labels}" TIMEOUT 300
+                       ENVIRONMENT "SHOAL_MEDIUM_POOL=1")
+endforeach()
 
 # The same through shoal.dll, with the prefixed API only (these tests call
 # shoal_*): thread exit in a DLL, its statistics. The DLL is copied beside
@@ -66,6 +73,10 @@ shoal_windows_program(test_misuse misuse.c)
 add_test(NAME misuse COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/misuse.sh ${SHOAL_WINE_RUN}
                              $<TARGET_FILE:test_misuse>)
 set_tests_properties(misuse PROPERTIES LABELS windows TIMEOUT 300 ENVIRONMENT SHOAL_ABORT_STATUS=3)
+add_test(NAME misuse_pool COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/misuse.sh ${SHOAL_WINE_RUN}
+                                  $<TARGET_FILE:test_misuse>)
+set_tests_properties(misuse_pool PROPERTIES LABELS windows TIMEOUT 300
+                     ENVIRONMENT "SHOAL_ABORT_STATUS=3;SHOAL_MEDIUM_POOL=1")
 
 # Checked mode and the default mode's catches: check.sh's catalogue, its C
 # cases (Debian's MinGW C++ runtime for the C++ ones: see above).
