@@ -210,7 +210,7 @@ static void free_pool_block(shoal_page_t *page, void *p, size_t size_hint) {
   }
   shoal_heap_t *heap = thread_heap;
   if (atomic_load_explicit(&page->owner, memory_order_relaxed) == (uintptr_t)heap) {
-    heap_pool_free(heap, page, p);
+    heap_pool_free(heap, page, p, block.size_class);
     return;
   }
   if (unlikely(heap == &heap_empty)) heap = heap_of_freeing_thread();

@@ -1199,8 +1199,8 @@ void *heap_pool_malloc(shoal_heap_t *heap, size_t size) {
 
 /* A free of the heap's own pool block. A purge is due when a page holds
  * enough free bytes; the clock is read every POOL_FREES_PER_CLOCK frees. */
-void heap_pool_free(shoal_heap_t *heap, shoal_page_t *page, void *p) {
-  counter_add(&heap->counters.freed[pool_block_of(page, p).size_class], 1);
+void heap_pool_free(shoal_heap_t *heap, shoal_page_t *page, void *p, uint8_t size_class) {
+  counter_add(&heap->counters.freed[size_class], 1);
   pool_give(page, p);
   if (page->used == 0) {
     heap_slow_enter(heap);

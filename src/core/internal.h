@@ -667,12 +667,13 @@ void heap_drain_notified(shoal_heap_t *heap);
 /* The medium pool (heap.c, over pool.c): plain requests above DIRECT_MAX
  * up to POOL_MAX while SHOAL_MEDIUM_POOL is set. heap_pool_malloc: NULL
  * with errno ENOMEM; heap_pool_free and heap_pool_grow: the owner's free
- * and in-place growth of a block whose header checked (false: copy). */
+ * (of a block of the request class its header gave) and in-place growth of
+ * a block whose header checked (false: copy). */
 static inline bool size_is_pooled(size_t size) {
   return size > DIRECT_MAX && size <= POOL_MAX && option(SHOAL_OPTION_MEDIUM_POOL) != 0;
 }
 void *heap_pool_malloc(shoal_heap_t *heap, size_t size);
-void heap_pool_free(shoal_heap_t *heap, shoal_page_t *page, void *p);
+void heap_pool_free(shoal_heap_t *heap, shoal_page_t *page, void *p, uint8_t size_class);
 bool heap_pool_grow(shoal_heap_t *heap, shoal_page_t *page, void *p, size_t size);
 /* Another heap's block, freed by this heap's thread: into the outbox, sent
  * home with others of its page; heap_outbox_flush sends them all now. */
