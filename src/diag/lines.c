@@ -137,11 +137,6 @@ static void note_missing(const char *path, const char *shown, bool stripped) {
   missing_stripped[missing_count++] = stripped;
 }
 
-static const char *base_name(const char *path) {
-  const char *slash = strrchr(path, '/');
-  return slash != NULL ? slash + 1 : path;
-}
-
 /* The plain name: symbols.c's, of the call instruction. Names with no
  * symbol ("0x...") say the object was stripped. */
 static size_t plain_name(uintptr_t address, char *out, size_t capacity, bool note) {
@@ -165,6 +160,11 @@ static size_t plain_name(uintptr_t address, char *out, size_t capacity, bool not
 #if SHOAL_HAVE_LIBDW
 #include <dwarf.h>
 #include <elfutils/libdwfl.h>
+
+static const char *base_name(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash != NULL ? slash + 1 : path;
+}
 
 /* ---- libdw, loaded when first needed ---- */
 
