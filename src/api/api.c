@@ -60,7 +60,7 @@ static slow_path void *alloc_first(size_t size, caller_t caller) {
  * while a diagnostic interposes) taken apart. */
 out_of_line void *api_alloc_exit(shoal_heap_t *heap, size_t size, caller_t caller) {
   if (caller == OWN_CALLER) caller = CALLER();
-  void *p = alloc_medium_pop(heap, size, true);
+  void *p = alloc_slow_pop(heap, size, true);
   if (likely(p != NULL)) return p;
   if (unlikely(heap == &heap_empty)) return alloc_first(size, caller);
   return heap_malloc_slow(heap, size);

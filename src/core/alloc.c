@@ -270,12 +270,13 @@ done:
 
 /* ---- malloc ---- */
 
-/* Sizes above DIRECT_MAX up to MEDIUM_MAX pop here (or come from the pool:
- * alloc_medium_pop); everything else is the slow path, which makes the
+/* Sizes above DIRECT_MAX up to MEDIUM_MAX pop here (or come from the pool),
+ * and a small size whose direct page has other threads' frees waiting
+ * (alloc_slow_pop); everything else is the slow path, which makes the
  * thread's heap on its first call. */
 out_of_line void *alloc_generic(shoal_heap_t *heap, size_t size, caller_t caller) {
   (void)caller;
-  void *p = alloc_medium_pop(heap, size, true);
+  void *p = alloc_slow_pop(heap, size, true);
   if (likely(p != NULL)) return p;
   return heap_malloc_slow(heap, size);
 }
@@ -283,7 +284,7 @@ out_of_line void *alloc_generic(shoal_heap_t *heap, size_t size, caller_t caller
 /* The slow exit of aligned requests: a block of the size's own class. */
 out_of_line void *alloc_generic_exact(shoal_heap_t *heap, size_t size, caller_t caller) {
   (void)caller;
-  void *p = alloc_medium_pop(heap, size, false);
+  void *p = alloc_slow_pop(heap, size, false);
   if (likely(p != NULL)) return p;
   return heap_malloc_slow_exact(heap, size);
 }

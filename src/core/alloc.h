@@ -80,17 +80,23 @@ fast_path void *medium_borrow(shoal_heap_t *heap, uint8_t size_class) {
   return NULL;
 }
 
-/* The first thing a malloc slow exit tries, for sizes above DIRECT_MAX: the
- * class by bit arithmetic, then the same pop from the class's remote cache
- * (other threads' blocks this thread freed: reused first, as the direct
- * pages of small classes do) or from the first page of its queue; when no
- * other page of the class and no remote free may hold a block, a
- * neighbour's free block (`may_borrow`: medium_borrow) or the page's next
- * never-used block (page_bump). NULL: the slow path's turn. A plain request
- * up to POOL_MAX goes to the heap's pool instead while SHOAL_MEDIUM_POOL is
- * set. */
-fast_path void *alloc_medium_pop(shoal_heap_t *heap, size_t size, bool may_borrow) {
-  if (likely(size > DIRECT_MAX && size <= MEDIUM_MAX)) {
+/* The first thing a malloc slow exit tries, without the heap's slow lock.
+ * A small plain request whose direct page ran dry: the page's blocks that
+ * other threads freed meanwhile (page_collect_queued). Above DIRECT_MAX:
+ * the class by bit arithmetic, then the same pop from the class's remote
+ * cache (other threads' blocks this thread freed: reused first, as the
+ * direct pages of small classes do) or from the first page of its queue,
+ * with the other threads' frees waiting on it; when no other page of the
+ * class and no remote free may hold a block, a neighbour's free block
+ * (`may_borrow`: medium_borrow) or the page's next never-used block
+ * (page_bump). NULL: the slow path's turn. A plain request up to POOL_MAX
+ * goes to the heap's pool instead while SHOAL_MEDIUM_POOL is set. */
+fast_path void *alloc_slow_pop(shoal_heap_t *heap, size_t size, bool may_borrow) {
+  if (size <= DIRECT_MAX) {
+    shoal_page_t *page = heap->direct_page[(size + WORD_SIZE - 1) / WORD_SIZE];
+    return may_borrow && page_collect_queued(page) ? page_pop(heap, page) : NULL;
+  }
+  if (likely(size <= MEDIUM_MAX)) {
     if (may_borrow && unlikely(size_is_pooled(size)) && heap != &heap_empty)
       return heap_pool_malloc(heap, size); /* SHOAL_MEDIUM_POOL */
     uint8_t size_class = size_class_of_large(size);
@@ -98,7 +104,7 @@ fast_path void *alloc_medium_pop(shoal_heap_t *heap, size_t size, bool may_borro
     if (cache->free != NULL) return page_pop(heap, cache);
     shoal_page_t *page = heap->queues[size_class].first;
     if (likely(page != NULL)) {
-      if (likely(page->free != NULL)) return page_pop(heap, page);
+      if (likely(page->free != NULL) || page_collect_queued(page)) return page_pop(heap, page);
       if (page->next == NULL &&
           atomic_load_explicit(&page->xthread_free, memory_order_relaxed) == 0) {
         if (may_borrow) {

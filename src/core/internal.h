@@ -569,6 +569,7 @@ void page_init(shoal_page_t *page, struct shoal_heap_s *heap, size_t block_size,
 bool page_extend(shoal_page_t *page);
 size_t page_collect(shoal_page_t *page);
 bool page_collect_if_emptied(shoal_page_t *page); /* all out blocks freed remotely: empty now */
+bool page_collect_queued(shoal_page_t *page);     /* a queued page's remote frees, lock-free */
 bool page_park_full(shoal_page_t *page); /* arm the notify bit; false: it had remote frees */
 shoal_block_t *page_take_remote_armed(shoal_page_t *page); /* a pool page's (pool.c) */
 bool page_unpark(shoal_page_t *page); /* disarm; false: a notification is on its way */
