@@ -44,7 +44,6 @@ void process_init(void (*above)(void)) {
   options_init();
   free_key = (uintptr_t)os_random_key();
   arena_register_for_fork();
-  huge_register_for_fork();
   if (above != NULL) above();
   os_thread_exit_init(heap_thread_exit);
   atomic_store_explicit(&init_state, INIT_DONE, memory_order_release);

@@ -301,6 +301,7 @@ typedef struct shoal_segment_s {
   int64_t purged_ms;      /* (owner) when the last of them was purged */
   size_t size;            /* bytes mapped (SEGMENT_SIZE, or a huge block's mapping) */
   size_t huge_advised;    /* a huge block's: bytes asked for transparent huge pages */
+  int64_t cached_ms;      /* a huge block's: when it went into the cache (large.c) */
   segment_kind_t kind;
   /* slice -> byte offset from the segment of the descriptor of the page
    * holding it (that of its first slice), or of its own when free: free
@@ -444,7 +445,6 @@ void lock_release(shoal_lock_t *lock);
 typedef enum lock_rank_e {
   LOCK_RANK_ABOVE_CORE = 1, /* the diagnostics' tables */
   LOCK_RANK_ARENA = 2,
-  LOCK_RANK_HUGE = 3,
 } lock_rank_t;
 /* fork holds every registered lock, in rank order, also when called from a
  * signal handler (lock.c). */
@@ -713,7 +713,6 @@ void huge_free(shoal_segment_t *segment);
 void *huge_realloc(shoal_segment_t *segment, size_t new_size);
 size_t huge_usable_size(const shoal_segment_t *segment, const void *p);
 void huge_cache_trim(bool force);
-void huge_register_for_fork(void);
 
 /* ---- arena.c ---- */
 extern shoal_lock_t arena_lock;
