@@ -86,11 +86,13 @@ fast_path void *medium_borrow(shoal_heap_t *heap, uint8_t size_class) {
  * the class by bit arithmetic, then the same pop from the class's remote
  * cache (other threads' blocks this thread freed: reused first, as the
  * direct pages of small classes do) or from the first page of its queue,
- * with the other threads' frees waiting on it; when no other page of the
- * class and no remote free may hold a block, a neighbour's free block
- * (`may_borrow`: medium_borrow) or the page's next never-used block
- * (page_bump). NULL: the slow path's turn. A plain request up to POOL_MAX
- * goes to the heap's pool instead while SHOAL_MEDIUM_POOL is set. */
+ * with the other threads' frees waiting on it; spent, the next page of the
+ * queue that has a block at hand comes first (heap_queue_rotate); when no
+ * other page of the class and no remote free may hold a block, a
+ * neighbour's free block (`may_borrow`: medium_borrow) or the page's next
+ * never-used block (page_bump). NULL: the slow path's turn. A plain
+ * request up to POOL_MAX goes to the heap's pool instead while
+ * SHOAL_MEDIUM_POOL is set. */
 fast_path void *alloc_slow_pop(shoal_heap_t *heap, size_t size, bool may_borrow) {
   if (size <= DIRECT_MAX) {
     shoal_page_t *page = heap->direct_page[(size + WORD_SIZE - 1) / WORD_SIZE];
@@ -105,8 +107,11 @@ fast_path void *alloc_slow_pop(shoal_heap_t *heap, size_t size, bool may_borrow)
     shoal_page_t *page = heap->queues[size_class].first;
     if (likely(page != NULL)) {
       if (likely(page->free != NULL) || page_collect_queued(page)) return page_pop(heap, page);
-      if (page->next == NULL &&
-          atomic_load_explicit(&page->xthread_free, memory_order_relaxed) == 0) {
+      if (page->next != NULL) {
+        page = heap_queue_rotate(heap, size_class);
+        return page != NULL ? page_pop(heap, page) : NULL;
+      }
+      if (atomic_load_explicit(&page->xthread_free, memory_order_relaxed) == 0) {
         if (may_borrow) {
           void *lent = medium_borrow(heap, size_class);
           if (lent != NULL) return lent;

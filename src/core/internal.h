@@ -663,6 +663,11 @@ void *heap_calloc_huge(shoal_heap_t *heap, size_t size);
 void *heap_malloc_large(shoal_heap_t *heap, size_t size, size_t alignment);
 void heap_queue_push(shoal_heap_t *heap, shoal_page_t *page);
 void heap_queue_push_back(shoal_heap_t *heap, shoal_page_t *page);
+/* The first page after a medium class's spent first one that has a block
+ * at hand (up to QUEUE_ROTATE_TRIES pages), now first; NULL: none. The
+ * owner, without the slow lock. */
+shoal_page_t *heap_queue_rotate(shoal_heap_t *heap, uint8_t size_class);
+#define QUEUE_ROTATE_TRIES 2
 void heap_page_retire(shoal_heap_t *heap, shoal_page_t *page);
 void heap_drain_notified(shoal_heap_t *heap);
 /* The medium pool (heap.c, over pool.c): plain requests above DIRECT_MAX
