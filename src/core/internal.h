@@ -99,6 +99,12 @@ typedef const void *caller_t;
 #define BORROW_CLASSES    2u
 #define BORROW_FROM_CLASS 8 /* the first class above 128 bytes */
 
+/* Pages after a medium class's spent first page that its malloc looks at
+ * without the slow lock (heap.c, heap_queue_rotate): the locked walks of
+ * rptest and mstress found their page second or third 92 % and 66 % of
+ * the time, fourth or later almost never. */
+#define QUEUE_ROTATE_TRIES 2
+
 /* Bytes per medium class of the remote cache. Kept at all, a block freed
  * for an owner that does not run (more threads than cores) serves the
  * freeing thread instead of waiting for its owner (larson, 16 to 64
@@ -667,7 +673,6 @@ void heap_queue_push_back(shoal_heap_t *heap, shoal_page_t *page);
  * at hand (up to QUEUE_ROTATE_TRIES pages), now first; NULL: none. The
  * owner, without the slow lock. */
 shoal_page_t *heap_queue_rotate(shoal_heap_t *heap, uint8_t size_class);
-#define QUEUE_ROTATE_TRIES 2
 void heap_page_retire(shoal_heap_t *heap, shoal_page_t *page);
 void heap_drain_notified(shoal_heap_t *heap);
 /* The medium pool (heap.c, over pool.c): plain requests above DIRECT_MAX
