@@ -6,8 +6,8 @@
  * not allocate puts them in the depot, whose chains serve the class's next
  * mallocs in any thread, and go home at shoal_collect(true) or after a
  * purge delay untaken; blocks freed into any page of a class are used before never-used
- * ones, and a class above 128 bytes takes a neighbour class's free block
- * before a never-used one of its own (a small class, its page); a page
+ * ones (a page behind the first found without the slow path), and a class above 128 bytes takes a
+ * neighbour class's free block before a never-used one of its own (a small class, its page); a page
  * other threads emptied gives its slices back before the heap takes new
  * ones; a dead thread's heap is serviced by a remote free and adopted by
  * the next thread, or gives a segment at a time to a live one that needs
@@ -322,8 +322,17 @@ static void test_freed_before_fresh(void) {
   CHECK(second_page != first_page && second_page->capacity < second_page->reserved);
   void *freed = in_first[3];
   shoal_free(freed);
+  shoal_page_t **queue_first = &thread_heap->queues[size_class_of(SIZE)].first;
+  CHECK(*queue_first == second_page && second_page->next == first_page);
+  shoal_stats_t stats_before, stats_after;
+  shoal_stats_get(&stats_before);
   void *next = shoal_malloc(SIZE);
+  shoal_stats_get(&stats_after);
   CHECK(next == freed); /* not the second page's next never-used block */
+  /* Found without the slow path (heap_queue_rotate): the page that had it
+   * goes first, the one that had none behind it. */
+  CHECK(!stats_after.counters_enabled || stats_after.slow_paths == stats_before.slow_paths);
+  CHECK(*queue_first == first_page && first_page->next == second_page);
   shoal_free(next);
   shoal_free(in_second);
   for (size_t i = 0; i < in_first_count; i++)
