@@ -307,14 +307,16 @@ void huge_cache_trim(bool force) {
     uint64_t word = atomic_load_explicit(&cache.slots[i], memory_order_relaxed);
     if (word == 0 || !slot_take(i, word)) continue;
     shoal_segment_t *segment = slot_segment(word);
-    uint64_t empty = 0;
     if (force || now - segment->cached_ms >= max_age) {
       huge_unmap(segment);
       expired = true;
-    } else if (atomic_fetch_add_explicit(&cache.bytes, segment->size, memory_order_relaxed),
-               !atomic_compare_exchange_strong_explicit(
-                   &cache.slots[i], &empty, word, memory_order_release, memory_order_relaxed)) {
-      /* a free filled the slot meanwhile: this block goes instead */
+      continue;
+    }
+    /* Young: back into its slot, unless a free filled it meanwhile. */
+    atomic_fetch_add_explicit(&cache.bytes, segment->size, memory_order_relaxed);
+    uint64_t empty = 0;
+    if (!atomic_compare_exchange_strong_explicit(&cache.slots[i], &empty, word,
+                                                 memory_order_release, memory_order_relaxed)) {
       atomic_fetch_sub_explicit(&cache.bytes, segment->size, memory_order_relaxed);
       huge_unmap(segment);
     }

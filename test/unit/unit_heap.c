@@ -5,9 +5,10 @@
  * class; a thread that frees for several heaps blocks of a class it does
  * not allocate puts them in the depot, whose chains serve the class's next
  * mallocs in any thread, and go home at shoal_collect(true) or after a
- * purge delay untaken; blocks freed into any page of a class are used before never-used
- * ones (a page behind the first found without the slow path), and a class above 128 bytes takes a
- * neighbour class's free block before a never-used one of its own (a small class, its page); a page
+ * purge delay untaken; blocks freed into any page of a class are used
+ * before never-used ones (a page behind the first found without the slow
+ * path), and a class above 128 bytes takes a neighbour class's free block
+ * before a never-used one of its own (a small class, its page); a page
  * other threads emptied gives its slices back before the heap takes new
  * ones; a dead thread's heap is serviced by a remote free and adopted by
  * the next thread, or gives a segment at a time to a live one that needs
