@@ -82,6 +82,7 @@ static void segment_reset_header(shoal_segment_t *segment, bool fresh) {
   memset(segment->pages, 0, sizeof segment->pages);
   for (size_t i = 0; i < SLICES_PER_SEGMENT; i++) {
     segment->pages[i].size_class = segment->pages[i].shared_class = CLASS_NONE;
+    segment->pages[i].freed_class = CLASS_NONE;
     segment->pages[i].flags = PAGE_UNUSED;
   }
 }

@@ -770,7 +770,7 @@ static shoal_page_t *heap_fresh_page(shoal_heap_t *heap, uint8_t size_class) {
   shoal_page_t *page = NULL;
   if (heap->segments == NULL && !arena_has_cached()) page = heap_borrow_page(heap, size_class);
   if (page == NULL) {
-    page = segment_page_alloc(heap, class_slices[size_class]);
+    page = segment_page_alloc(heap, class_slices[size_class], size_class);
     if (page == NULL) return NULL;
     page_init(page, heap, class_block_size[size_class], size_class, page->is_zero);
     page->touched_tail = !page->is_zero;
@@ -1129,7 +1129,7 @@ void *heap_malloc_large(shoal_heap_t *heap, size_t size, size_t alignment) {
   size_t slices = (size + extra + SLICE_SIZE - 1) / SLICE_SIZE;
   heap_retire_remotely_emptied(heap);
   if (heap->segments == NULL) heap_reuse_others_memory(heap);
-  shoal_page_t *page = segment_page_alloc(heap, slices);
+  shoal_page_t *page = segment_page_alloc(heap, slices, CLASS_NONE);
   if (page == NULL) {
     heap_slow_exit(heap);
     return out_of_memory();
@@ -1181,7 +1181,7 @@ static void heap_pool_page_emptied(shoal_heap_t *heap, shoal_page_t *page, bool 
 static shoal_page_t *heap_pool_open_page(shoal_heap_t *heap) {
   heap_retire_remotely_emptied(heap);
   if (heap->segments == NULL) heap_reuse_others_memory(heap);
-  shoal_page_t *page = segment_page_alloc(heap, POOL_SLICES);
+  shoal_page_t *page = segment_page_alloc(heap, POOL_SLICES, CLASS_NONE);
   if (page == NULL) return NULL;
   page_init(page, heap, POOL_NOMINAL_BLOCK, CLASS_POOL, false);
   pool_page_init(page);

@@ -186,6 +186,7 @@ typedef struct shoal_page_s {
                                  resident (heap.c, heap_purge_untouched_tails) */
   _Atomic(uintptr_t) owner;   /* (owner) the heap; 0 while the slice is not a page */
   uint32_t reserved;          /* (owner) blocks the page can hold */
+  uint8_t freed_class;        /* (owner) a free slice's: the class of the page that gave it back */
   struct shoal_page_s *next, *prev; /* (owner) class queue or full list */
   _Atomic(uint64_t) shared_limit;   /* (owner, read by all) block_limit of the carved blocks */
   /* Line 2, owner-hot: what the owner's malloc and free touch. */
@@ -522,7 +523,9 @@ static inline void segment_slice_set_page(shoal_segment_t *segment, size_t slice
       (uint16_t)(offsetof(shoal_segment_t, pages) + first * sizeof(shoal_page_t));
 }
 shoal_segment_t *segment_find(const void *p); /* any pointer into shoal memory, or NULL */
-shoal_page_t *segment_page_alloc(struct shoal_heap_s *heap, size_t slices);
+/* A page of `slices` slices for a page of `size_class` (CLASS_NONE: any):
+ * first the resident free slices a page of that class gave back. */
+shoal_page_t *segment_page_alloc(struct shoal_heap_s *heap, size_t slices, uint8_t size_class);
 /* A page of `slices` resident free slices of `owner`'s segments for another
  * heap (a guest page), or NULL: owner held by the caller. Given back with
  * segment_page_free(owner's heap at that time, page). */

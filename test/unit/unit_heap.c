@@ -14,8 +14,9 @@
  * the next thread, or gives a segment at a time to a live one that needs
  * memory; a heap that takes a cached segment counts its touched slices as
  * its own to purge; a class page made on slices that were touched gives
- * back at a collect what it has not carved; a thread that frees only its
- * own blocks touches one page of its heap. */
+ * back at a collect what it has not carved, and takes the slices its own
+ * class gave back before others; a thread that frees only its own blocks
+ * touches one page of its heap. */
 #include "../testhelper.h"
 #include "core/internal.h"
 
@@ -716,8 +717,68 @@ static void test_touched_tail_purged(void) {
   run_in_thread(page_on_touched_slices);
 }
 
+/* ---- a class page takes again the slices its class gave back ---- */
+
+/* Two pages of one segment given back, the lower by a class of 5000-byte
+ * blocks, the higher by one of 3000: a page of 3000-byte blocks made next
+ * takes the higher, though the lower comes first in every other order
+ * (segment_page_alloc: the first resident run); a class that gave none back
+ * takes what is there. */
+static void *class_slices_again(void *arg) {
+  (void)arg;
+  void *keep = shoal_malloc(64); /* a heap, and a segment that stays its own */
+  shoal_heap_t *heap = thread_heap;
+  uint8_t mine = size_class_of(3000), other = size_class_of(5000), none = size_class_of(7000);
+  shoal_page_t *taken[16];
+  size_t count = 0;
+  shoal_page_t *low = NULL, *high = NULL;
+  heap_slow_enter(heap);
+  while (high == NULL) {
+    CHECK(count < 16);
+    shoal_page_t *page = segment_page_alloc(heap, 1, CLASS_NONE);
+    CHECK(page != NULL && page->slice_count == 1);
+    for (size_t i = 0; i < count && high == NULL; i++)
+      if (segment_of(taken[i]->start) == segment_of(page->start)) {
+        low = taken[i] < page ? taken[i] : page;
+        high = taken[i] < page ? page : taken[i];
+      }
+    taken[count++] = page;
+  }
+  for (size_t i = 0; i < count; i++)
+    if (taken[i] != low && taken[i] != high) segment_page_free(heap, taken[i]);
+  page_init(low, heap, class_block_size[other], other, low->is_zero);
+  page_init(high, heap, class_block_size[mine], mine, high->is_zero);
+  memset(low->start, 0x11, SLICE_SIZE);
+  memset(high->start, 0x22, SLICE_SIZE);
+  segment_page_free(heap, low);
+  segment_page_free(heap, high);
+  shoal_segment_t *segment = segment_of(high->start);
+  size_t low_slice = (size_t)(low - segment->pages), high_slice = (size_t)(high - segment->pages);
+  CHECK((segment->free_slices & segment->dirty_slices) >> low_slice & 1);
+  CHECK((segment->free_slices & segment->dirty_slices) >> high_slice & 1);
+  CHECK(low->freed_class == other && high->freed_class == mine);
+
+  shoal_page_t *again = segment_page_alloc(heap, 1, mine);
+  CHECK_CTX(again == high, "slice %zu taken, not %zu", (size_t)(again - segment_of(again)->pages),
+            high_slice);
+  CHECK(!again->is_zero && again->freed_class == CLASS_NONE);
+  shoal_page_t *any = segment_page_alloc(heap, 1, none);
+  CHECK(any != NULL && any != again && !any->is_zero);
+  segment_page_free(heap, again);
+  segment_page_free(heap, any);
+  CHECK(again->freed_class == CLASS_NONE && any->freed_class == CLASS_NONE);
+  heap_slow_exit(heap);
+  shoal_free(keep);
+  return NULL;
+}
+
+static void test_class_slices_again(void) {
+  run_in_thread(class_slices_again);
+}
+
 int main(void) {
   test_heap_one_page();
+  test_class_slices_again();
   test_touched_tail_purged();
   test_outbox();
   test_depot();
