@@ -175,12 +175,14 @@ static shoal_heap_t *page_notify_owner(shoal_page_t *page) {
                      (shoal_heap_t *)atomic_load_explicit(&page->owner, memory_order_relaxed));
 }
 
-/* Past this many slices of notified pages, the owner is taken to be idle
- * (blocked, descheduled: an owner that allocates drains them at its next
- * slow path) and the notifier serves the heap for it. A producer blocked on
- * a full queue would otherwise hold every block its consumers freed: 8
- * producer/consumer pairs (bench xmalloc 8) held 4 times the live memory. */
-#define IDLE_OWNER_SLICES 32
+/* Past this many slices (2 MiB) of notified pages, the owner is taken to be
+ * idle (blocked, descheduled: an owner that allocates drains them at its
+ * next slow path) and the notifier serves the heap for it. A producer
+ * blocked on a full queue would otherwise hold every block its consumers
+ * freed: 8 producer/consumer pairs (bench xmalloc 8) held 4 times the live
+ * memory. Set in bytes: with slices of 16 KiB, 32 of them made rptest t=8
+ * twelve times slower, serving and purging owners that were running. */
+#define IDLE_OWNER_SLICES ((size_t)(2u << 20) >> SLICE_SHIFT)
 
 shoal_heap_t *page_notify(shoal_page_t *page, shoal_heap_t *heap) {
   size_t page_slices = page->slice_count; /* before the push: then the owner may free the page */
