@@ -805,9 +805,7 @@ shoal_page_t *heap_queue_rotate(shoal_heap_t *heap, uint8_t size_class) {
     if (page->free != NULL || page_collect_queued(page)) {
       queue_remove(heap, spent);
       heap_queue_push_back(heap, spent);
-      queue_remove(heap, page);
-      heap_queue_push(heap, page);
-      return page;
+      return heap_serve_from_front(heap, page);
     }
   }
   return NULL;
