@@ -35,6 +35,7 @@ void *alloc_generic_exact(shoal_heap_t *heap, size_t size, caller_t caller); /* 
 void free_slow(void *p, size_t size_hint, caller_t caller);
 void free_not_local(shoal_page_t *page, void *p, size_t size_hint, caller_t caller);
 void heap_page_freed(shoal_heap_t *heap, shoal_page_t *page);
+void free_own_medium(shoal_heap_t *heap, shoal_page_t *page, shoal_block_t *block);
 
 /* The rest of the C API, in the core's terms: no argument checks beyond
  * overflow (the api layer owns the standard's rules), no diagnostics. */
@@ -67,12 +68,12 @@ fast_path void *alloc_fast(size_t size, caller_t caller) {
 }
 
 /* A free block of one of the next BORROW_CLASSES classes (internal.h),
- * from its remote cache or its first page, for a medium class with none of
+ * from its class cache or its first page, for a medium class with none of
  * its own at hand. */
 fast_path void *medium_borrow(shoal_heap_t *heap, uint8_t size_class) {
   for (unsigned k = size_class + 1u; k <= size_class + BORROW_CLASSES && k < (unsigned)CLASS_COUNT;
        k++) {
-    shoal_page_t *lender = &heap->remote_cache[k];
+    shoal_page_t *lender = &heap->class_cache[k];
     if (lender->free != NULL) return page_pop(heap, lender);
     lender = heap->queues[k].first;
     if (lender != NULL && lender->free != NULL) return page_pop(heap, lender);
@@ -102,7 +103,7 @@ fast_path void *alloc_slow_pop(shoal_heap_t *heap, size_t size, bool may_borrow)
     if (may_borrow && unlikely(size_is_pooled(size)) && heap != &heap_empty)
       return heap_pool_malloc(heap, size); /* SHOAL_MEDIUM_POOL */
     uint8_t size_class = size_class_of_large(size);
-    shoal_page_t *cache = &heap->remote_cache[size_class];
+    shoal_page_t *cache = &heap->class_cache[size_class];
     if (cache->free != NULL) return page_pop(heap, cache);
     shoal_page_t *page = heap->queues[size_class].first;
     if (likely(page != NULL)) {
@@ -138,7 +139,7 @@ fast_path bool remote_cache_push(shoal_heap_t *heap, shoal_page_t *page, void *p
                                  size_t size_hint) {
   uint8_t size_class = page->shared_class;
   if (size_class >= CLASS_COUNT || heap->queues[size_class].first == NULL) return false;
-  shoal_page_t *cache = &heap->remote_cache[size_class];
+  shoal_page_t *cache = &heap->class_cache[size_class];
   shoal_block_t *block = p;
   uintptr_t key = heap->free_key;
   uint32_t block_size = page->shared_block_size;
@@ -176,6 +177,7 @@ fast_path void free_fast_then(void *p, size_t size_hint, caller_t caller,
   if (unlikely(!is_carved_block(page->start, page->free_divisor, page->free_limit, p) ||
                block->key == key || size_hint > page->block_size))
     return slow(p, size_hint, caller);
+  if (unlikely(page->size_class >= DIRECT_CLASSES)) return free_own_medium(heap, page, block);
   block->next = page->free;
   block->key = key;
   page->free = block;

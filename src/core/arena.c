@@ -259,7 +259,7 @@ void arena_cache_trim(bool force) {
   for (size_t i = 0; i < unmapped_count; i++) segment_unmap(unmapped[i]);
 }
 
-_Static_assert(offsetof(shoal_heap_t, remote_cache) <= 4096,
+_Static_assert(offsetof(shoal_heap_t, class_cache) <= 4096,
                "what every thread writes of its heap fits in one OS page");
 
 static shoal_heap_t *heap_carve(void) {

@@ -828,19 +828,19 @@ static shoal_page_t *heap_lender_page(shoal_heap_t *heap, uint8_t size_class) {
 }
 
 /* First of all, before the heap's own pages, chains of the class that
- * other threads freed (depot.c), as the remote cache's blocks, which the
- * class's remote cache is empty for (heap_find_page reset it). First:
+ * other threads freed (depot.c), as the class cache's blocks, which the
+ * class's cache is empty for (heap_find_page reset it). First:
  * taken after the own pages' free blocks, the chains piled up while the
  * blocks that went home served (xmalloc 8:8: the depot full at 16 MB, the
  * peak as before). Their frees were counted by the threads that freed
- * them: reserved says so to remote_cache_fold. */
+ * them: reserved says so to class_cache_fold. */
 static shoal_page_t *heap_depot_take(shoal_heap_t *heap, uint8_t size_class) {
   if (size_class < DEPOT_FIRST_CLASS) return NULL;
   int64_t now = os_now_ms();
   depot_note_wanted(size_class, now);
   chain_t chain = depot_take(size_class, now);
   if (chain.head == NULL) return NULL;
-  shoal_page_t *cache = &heap->remote_cache[size_class];
+  shoal_page_t *cache = &heap->class_cache[size_class];
   cache->free = chain.head;
   cache->capacity = cache->reserved = chain.count;
   cache->size_class = size_class;
@@ -878,28 +878,30 @@ static shoal_page_t *heap_find_queued_page(shoal_heap_t *heap, uint8_t size_clas
   return heap_fresh_page(heap, size_class);
 }
 
-/* A remote cache's counts into the heap's: its pops as any page's, its
- * pushes (capacity; reserved: those counted already) as frees of other
- * threads' blocks, which free counts nowhere else. */
-static void remote_cache_fold(shoal_heap_t *heap, uint8_t size_class) {
-  shoal_page_t *cache = &heap->remote_cache[size_class];
+/* A class cache's counts into the heap's: its pops as any page's, its
+ * pushes (capacity; reserved: those counted already) as frees, which free
+ * counts nowhere else, and those of other threads' blocks (all but
+ * own_frees) as remote frees. */
+static void class_cache_fold(shoal_heap_t *heap, uint8_t size_class) {
+  shoal_page_t *cache = &heap->class_cache[size_class];
   if (cache->capacity == cache->reserved && cache->unfolded_allocs == 0) return; /* nothing new */
   cache->size_class = size_class; /* what the fold reads; unset until the cache is used */
   page_fold_counters(heap, cache);
 #if SHOAL_STATISTICS
   size_t pushes = cache->capacity - cache->reserved;
   counter_add(&heap->counters.freed[size_class], pushes);
-  counter_add(&heap->counters.remote_frees, pushes);
+  counter_add(&heap->counters.remote_frees, pushes - cache->own_frees);
   cache->reserved = cache->capacity;
+  cache->own_frees = 0;
 #endif
 }
 
-/* An empty remote cache starts its counts again (one never pushed to since
+/* An empty class cache starts its counts again (one never pushed to since
  * is left as it is, untouched). */
-static void remote_cache_reset(shoal_heap_t *heap, uint8_t size_class) {
-  shoal_page_t *cache = &heap->remote_cache[size_class];
+static void class_cache_reset(shoal_heap_t *heap, uint8_t size_class) {
+  shoal_page_t *cache = &heap->class_cache[size_class];
   if (cache->free == NULL && cache->capacity == 0) return;
-  remote_cache_fold(heap, size_class);
+  class_cache_fold(heap, size_class);
   cache->free = NULL;
   cache->capacity = cache->reserved = cache->used = cache->used_at_fold = 0;
 }
@@ -910,13 +912,13 @@ static void remote_cache_reset(shoal_heap_t *heap, uint8_t size_class) {
  * parked or retired (queue_remove), or the class's next slow path. */
 static shoal_page_t *heap_find_page(shoal_heap_t *heap, uint8_t size_class, bool may_borrow) {
   heap_drain_notified(heap);
-  shoal_page_t *cache = &heap->remote_cache[size_class];
+  shoal_page_t *cache = &heap->class_cache[size_class];
   if (cache->free != NULL) {
     cache->size_class = size_class; /* its own class's: aligned requests may take it */
     heap_direct_set(heap, size_class, cache);
     return cache;
   }
-  remote_cache_reset(heap, size_class);
+  class_cache_reset(heap, size_class);
   shoal_page_t *page = heap_depot_take(heap, size_class);
   if (page == NULL) page = heap_find_queued_page(heap, size_class, may_borrow);
   if (page != NULL && (page->size_class != size_class || page == cache))
@@ -1070,12 +1072,12 @@ static void heap_depot_check(shoal_heap_t *heap) {
 }
 
 /* Send every cached block home, e.g. when the thread ends. */
-void heap_remote_cache_flush(shoal_heap_t *heap) {
+void heap_class_cache_flush(shoal_heap_t *heap) {
   heap->outbox_home_only = true;
   for (uint8_t size_class = 0; size_class < CLASS_COUNT; size_class++) {
-    shoal_page_t *cache = &heap->remote_cache[size_class];
+    shoal_page_t *cache = &heap->class_cache[size_class];
     shoal_block_t *block = cache->free;
-    remote_cache_reset(heap, size_class);
+    class_cache_reset(heap, size_class);
     heap_direct_update(heap, size_class);
     blocks_send_home(heap, block);
   }
@@ -1308,7 +1310,7 @@ static void heap_take_over(shoal_heap_t *heap) {
 static void heap_init_new(shoal_heap_t *heap) {
   heap->free_key = free_key;
   for (size_t i = 0; i < DIRECT_SLOTS; i++) heap->direct_page[i] = &page_empty;
-  /* The remote caches stay zero, untouched until used (remote_cache_fold
+  /* The class caches stay zero, untouched until used (class_cache_fold
    * names each one's class): a heap a thread, 6 KiB less resident. */
 }
 
@@ -1339,7 +1341,7 @@ void heap_fold_counters(shoal_heap_t *heap) {
   for (shoal_page_t *page = heap->reparked.first; page != NULL; page = page->next)
     page_fold_counters(heap, page);
   for (uint8_t size_class = 0; size_class < CLASS_COUNT; size_class++)
-    remote_cache_fold(heap, size_class);
+    class_cache_fold(heap, size_class);
   heap_slow_exit(heap);
 }
 
@@ -1349,7 +1351,7 @@ void heap_fold_counters(shoal_heap_t *heap) {
 void heap_abandon(shoal_heap_t *heap) {
   heap_slow_enter(heap);
   heap_fold_counters(heap);
-  heap_remote_cache_flush(heap);
+  heap_class_cache_flush(heap);
   heap_drain(heap, DRAIN_BY_OWNER);
   heap_take_reparked(heap); /* those notified meanwhile wait in the list for the drain */
   for (int size_class = 0; size_class < CLASS_COUNT; size_class++) {
@@ -1446,7 +1448,7 @@ void heap_collect(shoal_heap_t *heap, bool force) {
   heap_slow_enter(heap);
   heap_fold_counters(heap);
   if (force) {
-    heap_remote_cache_flush(heap);
+    heap_class_cache_flush(heap);
     heap_depot_drain(heap, false, 0);
   }
   heap_outbox_flush(heap);

@@ -112,6 +112,12 @@ typedef const void *caller_t;
  * handed along a ring of threads never go home, and every owner carves
  * anew (rptest, 8 threads: +35 % at 32 KiB, +13 % at this). */
 #define REMOTE_CACHE_MEDIUM (8 * 1024)
+/* Bytes per medium class of the thread's own freed blocks its class cache
+ * keeps (alloc.c, free_own_medium). rptest, 2 threads: 16 / 32 / 64 KiB
+ * -5 / -7 / -13 % time; but mtalloc's peak RSS level / level / +4-7 %
+ * (its classes hold a few blocks each: a cache of many keeps its pages
+ * from emptying), and the gcc replay's -6 / -16 / -16 %. */
+#define OWN_CACHE_MEDIUM (32 * 1024)
 
 /* The depot (depot.c): the outbox's chains (OUTBOX_BYTES of one page's
  * blocks) of a thread that frees for several heaps blocks of a class it
@@ -212,6 +218,7 @@ typedef struct shoal_page_s {
    * since, which their freeing threads counted). The local frees since are
    * the difference: free counts nothing. */
   uint32_t used_at_fold;
+  uint32_t own_frees; /* (a class cache) the heap's own blocks pushed since the last fold */
   uint64_t unfolded_allocs;
   uint64_t free_limit; /* shared_limit while the fast path may free here, else 0 (parked) */
   /* Line 3, written by other threads. Blocks they freed (atomic): the list
@@ -409,15 +416,19 @@ typedef struct shoal_heap_s {
   _Atomic(int) state;                             /* (atomic) heap_state_t */
   /* The sparse part, past the first OS page (heaps are carved page-aligned,
    * arena.c): a thread writes here only when it frees other threads'
-   * blocks, and then only the entries of their classes. A thread that frees
-   * only its own so costs one page of heap, not five.
+   * blocks or its own medium ones, and then only the entries of their
+   * classes. A thread that frees only its own small blocks so costs one
+   * page of heap, not five.
    *
-   * (owner) Other threads' blocks this thread freed, kept to serve its own
-   * next allocations of the class, as a pseudo page the fast path pops like
-   * any other (alloc.h, remote_cache_push): capacity counts pushes and used
-   * pops since it was last empty, reserved the pushes counted as frees.
+   * (owner) The class caches: blocks freed that this thread's next
+   * allocations of the class take first, as a pseudo page the fast path
+   * pops like any other: other threads' blocks this thread freed
+   * (alloc.h, remote_cache_push) and, of a medium class, its own
+   * (own_cache_push). Every one stays counted in its page. capacity counts
+   * pushes and used pops since it was last empty, reserved the pushes
+   * counted as frees, own_frees the own pushes among those not counted yet.
    * Only these and `free` are set: a cache is never found by a free. */
-  shoal_page_t remote_cache[CLASS_COUNT];
+  shoal_page_t class_cache[CLASS_COUNT];
   /* (owner) Other threads' blocks this thread freed beyond the cache,
    * gathered by page (a slot per page, by hash) and sent home a chain at a
    * time: one CAS for OUTBOX_BYTES of blocks, not one a block. */
@@ -693,7 +704,7 @@ bool heap_pool_grow(shoal_heap_t *heap, shoal_page_t *page, void *p, size_t size
  * home with others of its page; heap_outbox_flush sends them all now. */
 void heap_outbox_push(shoal_heap_t *heap, shoal_page_t *page, shoal_block_t *block);
 void heap_outbox_flush(shoal_heap_t *heap);
-void heap_remote_cache_flush(shoal_heap_t *heap);
+void heap_class_cache_flush(shoal_heap_t *heap);
 void heap_collect(shoal_heap_t *heap, bool force);
 void heap_fold_counters(shoal_heap_t *heap);
 void heap_abandon(shoal_heap_t *heap);

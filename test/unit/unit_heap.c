@@ -2,16 +2,15 @@
  * at its own addresses, parks when full, is notified by a remote free, and
  * returns to its segment when empty; another thread's frees go home a chain
  * at a time, counted, or serve the freeing thread's own mallocs of their
- * class; a thread that frees for several heaps blocks of a class it does
- * not allocate puts them in the depot, whose chains serve the class's next
- * mallocs in any thread, and go home at shoal_collect(true) or after a
- * purge delay untaken; blocks freed into any page of a class are used
- * before never-used ones (a page behind the first found without the slow
- * path), and a class above 128 bytes takes a neighbour class's free block
- * before a never-used one of its own (a small class, its page); a page
- * other threads emptied gives its slices back before the heap takes new
- * ones; a dead thread's heap is serviced by a remote free and adopted by
- * the next thread, or gives a segment at a time to a live one that needs
+ * class, as a thread's own medium blocks serve its next malloc of their
+ * class from its class cache (a page's last block goes to the page); a thread that frees for
+ * several heaps blocks of a class it does not allocate puts them in the depot, whose chains serve
+ * the class's next mallocs in any thread, and go home at shoal_collect(true) or after a purge delay
+ * untaken; blocks freed into any page of a class are used before never-used ones (a page behind the
+ * first found without the slow path), and a class above 128 bytes takes a neighbour class's free
+ * block before a never-used one of its own (a small class, its page); a page other threads emptied
+ * gives its slices back before the heap takes new ones; a dead thread's heap is serviced by a
+ * remote free and adopted by the next thread, or gives a segment at a time to a live one that needs
  * memory; a heap that takes a cached segment counts its touched slices as
  * its own to purge; a class page made on slices that were touched gives
  * back at a collect what it has not carved, and takes the slices its own
@@ -98,7 +97,7 @@ static void *free_the_rest(void *arg) {
 }
 
 static void test_outbox(void) {
-  /* The freeing threads allocate nothing, so their remote caches (which
+  /* The freeing threads allocate nothing, so their class caches (which
    * keep other threads' blocks of a class the freeing thread allocates)
    * take none, and every free goes to the outbox: 56 blocks a page, sent
    * home four at a time. */
@@ -276,7 +275,7 @@ static void *allocate_medium(void *arg) {
   return thread_heap;
 }
 
-static void test_medium_remote_cache(void) {
+static void test_medium_class_cache(void) {
   uint8_t size_class = size_class_of(CACHED_SIZE);
   size_t block_size = class_block_size[size_class];
   CHECK(block_size > DIRECT_MAX && size_class < CLASS_COUNT);
@@ -289,7 +288,7 @@ static void test_medium_remote_cache(void) {
     shoal_free(cached_blocks[i]);
   }
   /* The first `kept` stay here, the rest go home (outbox, then page). */
-  shoal_page_t *cache = &thread_heap->remote_cache[size_class];
+  shoal_page_t *cache = &thread_heap->class_cache[size_class];
   CHECK(cache->capacity - cache->used == kept);
   shoal_free(own);
   void *again[CACHED_COUNT];
@@ -308,6 +307,85 @@ static void test_medium_remote_cache(void) {
   CHECK(cache->capacity - cache->used == kept);
   shoal_collect(true); /* sends them home */
   CHECK(cache->free == NULL);
+}
+
+/* ---- a thread's own medium blocks serve its next malloc of the class ---- */
+
+/* In a thread of its own, so that the class's pages and cache are this
+ * test's alone: a page's last counted block goes to the page; with others
+ * live, the block goes to the class cache, still counted in its page, and
+ * the next malloc of the class takes it, in any page; calloc clears such a
+ * block even on a page whose free blocks were zero; the cache holds at
+ * most OWN_CACHE_MEDIUM bytes, the rest go to their pages; the frees count
+ * as frees, not as remote ones; shoal_collect(true) sends the cache home,
+ * and the pages, empty, go back. */
+static void *own_medium_blocks(void *arg) {
+  (void)arg;
+  enum { SIZE = 3000, COUNT = 40 };
+  uint8_t size_class = size_class_of(SIZE);
+  size_t block_size = class_block_size[size_class];
+  CHECK(block_size > DIRECT_MAX && size_class < CLASS_COUNT);
+  uint8_t *lone = shoal_malloc(SIZE); /* the thread's heap is made here */
+  shoal_page_t *cache = &thread_heap->class_cache[size_class];
+  shoal_page_t *page = segment_page_of(segment_of(lone), lone);
+  CHECK(page->used == 1);
+  shoal_free(lone); /* the page's last: to the page, not the cache */
+  CHECK(page->free == (shoal_block_t *)lone && cache->free == NULL);
+
+  static uint8_t *blocks_of_class[COUNT];
+  for (size_t i = 0; i < COUNT; i++) {
+    blocks_of_class[i] = shoal_malloc(SIZE);
+    memset(blocks_of_class[i], (int)i + 1, SIZE);
+  }
+  shoal_page_t *first_page = segment_page_of(segment_of(blocks_of_class[0]), blocks_of_class[0]);
+  uint8_t *last = blocks_of_class[COUNT - 1];
+  shoal_page_t *last_page = segment_page_of(segment_of(last), last);
+  CHECK(last_page != first_page && last_page->used >= 2);
+  /* The first page is full, so parked: a free goes to it (the slow path),
+   * which puts it back in its class's queue. */
+  shoal_free(blocks_of_class[2]);
+  CHECK(first_page->free == (shoal_block_t *)blocks_of_class[2] && cache->free == NULL);
+  shoal_stats_t before, after;
+  shoal_stats_get(&before);
+  uint32_t used = last_page->used;
+  shoal_free(last);
+  CHECK(cache->free == (shoal_block_t *)last && last_page->used == used);
+  shoal_free(blocks_of_class[1]); /* another page: the last freed comes first */
+  shoal_stats_get(&after);
+  CHECK(after.remote_frees == before.remote_frees);
+  CHECK(after.freed_blocks == before.freed_blocks + 2 &&
+        after.live_blocks == before.live_blocks - 2);
+  CHECK(shoal_malloc(SIZE) == blocks_of_class[1] && shoal_malloc(SIZE) == last);
+  CHECK(shoal_malloc(SIZE) == blocks_of_class[2]); /* freed before never used */
+  CHECK(cache->free == NULL);
+
+  /* calloc: the flag of the block's page speaks for the cache's blocks too. */
+  last_page->is_zero = 1; /* as on fresh memory: no block of its list is free */
+  shoal_free(last);
+  CHECK(cache->free == (shoal_block_t *)last && !last_page->is_zero);
+  uint8_t *zeroed = shoal_calloc(1, SIZE);
+  CHECK(zeroed == last);
+  for (size_t k = 0; k < SIZE; k++) CHECK(zeroed[k] == 0);
+
+  /* The bound: what does not fit goes to the page's list. */
+  for (size_t i = 0; i < COUNT; i++) {
+    uint8_t expected = blocks_of_class[i] == last ? 0 : (uint8_t)(i + 1);
+    CHECK(blocks_of_class[i][SIZE - 1] == expected); /* contents survive */
+    shoal_free(blocks_of_class[i]);
+  }
+  size_t cached = cache->capacity - cache->used;
+  CHECK(cached >= 1 && cached * block_size >= OWN_CACHE_MEDIUM &&
+        (cached - 1) * block_size < OWN_CACHE_MEDIUM);
+  CHECK(first_page->used + last_page->used == cached);
+  shoal_collect(true);
+  CHECK(cache->free == NULL && cache->capacity == 0);
+  shoal_stats_get(&after);
+  CHECK(after.live_blocks == before.live_blocks - (COUNT - 1));
+  return NULL;
+}
+
+static void test_own_medium_cache(void) {
+  run_in_thread(own_medium_blocks);
 }
 
 /* ---- blocks freed into a page behind the first come before fresh ones ---- */
@@ -627,7 +705,7 @@ static bool reads_map_zero_page(int pagemap) {
 #endif
 
 /* What a thread that frees only its own blocks writes of its heap lies in
- * the heap's first OS page (internal.h): the remote caches and the outbox
+ * the heap's first OS page (internal.h): the class caches and the outbox
  * past it stay unwritten, not resident. */
 static void *own_blocks_only(void *arg) {
   (void)arg;
@@ -782,7 +860,8 @@ int main(void) {
   test_touched_tail_purged();
   test_outbox();
   test_depot();
-  test_medium_remote_cache();
+  test_medium_class_cache();
+  test_own_medium_cache();
   test_freed_before_fresh();
   test_borrow();
   test_remote_emptied_retired();

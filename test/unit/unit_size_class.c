@@ -10,7 +10,7 @@ int main(void) {
   for (int c = 1; c < CLASS_COUNT; c++) CHECK(class_block_size[c] > class_block_size[c - 1]);
   CHECK(class_block_size[0] == MIN_BLOCK_SIZE);
   CHECK(class_block_size[CLASS_COUNT - 1] == MEDIUM_MAX);
-  /* The classes with direct slots (and the small remote caches) are the first DIRECT_CLASSES. */
+  /* The classes with direct slots (and the small class caches) are the first DIRECT_CLASSES. */
   CHECK(class_block_size[DIRECT_CLASSES - 1] == DIRECT_MAX);
   for (size_t size = 0; size <= MEDIUM_MAX; size++) {
     uint8_t c = size_class_of(size);
