@@ -12,7 +12,8 @@
  * gives its slices back before the heap takes new ones; a dead thread's heap is serviced by a
  * remote free and adopted by the next thread, or gives a segment at a time to a live one that needs
  * memory; a heap that takes a cached segment counts its touched slices as
- * its own to purge; a class page made on slices that were touched gives
+ * its own to purge, and the arena's trim of its cached segments waits while
+ * heaps draw the cache down; a class page made on slices that were touched gives
  * back at a collect what it has not carved, and takes the slices its own
  * class gave back before others; a thread that frees only its own blocks
  * touches one page of its heap. */
@@ -676,6 +677,67 @@ static void test_cached_segment_pending(void) {
   run_in_thread(take_a_cached_segment);
 }
 
+/* ---- the arena's trim waits while the cache is drawn down ---- */
+
+static shoal_segment_t *touched_segment(void) {
+  shoal_segment_t *segment = arena_segment_acquire();
+  CHECK(segment != NULL);
+  memset((uint8_t *)segment + SLICE_SIZE, 7, 4096);
+  os_commit_note((ptrdiff_t)SLICE_SIZE);
+  segment->dirty_slices |= (uint64_t)1 << 1;
+  return segment;
+}
+
+/* Eight touched segments released to the arena. Taken back at the pace of
+ * a heap that grows into them (five by the time the trim is due, the last
+ * just before), they put the trim off, and the others stay touched; a
+ * delay with no take, and the trim purges them. Then two taken after a
+ * pause of ten delays (threads waking up in a program that freed all it
+ * had) do not put off the trim of the rest. The put-offs are checked only
+ * when the last take and the trim ran within a delay of each other, as a
+ * program drawing the cache does (a preempted test thread does not). */
+static void test_trim_put_off_while_drawn(void) {
+  enum { COUNT = 8, EARLY = 4, LATE = 2 };
+  const uint64_t touched = (uint64_t)1 << 1;
+  shoal_collect(true); /* the cache empty */
+  shoal_segment_t *segments[COUNT], *taken[COUNT];
+  for (size_t i = 0; i < COUNT; i++) segments[i] = touched_segment();
+  for (size_t i = 0; i < COUNT; i++) arena_segment_release(segments[i]);
+  int64_t due = atomic_load(&arena_purge_at_ms);
+  CHECK(due != 0);
+  for (size_t i = 0; i < EARLY; i++) taken[i] = arena_segment_acquire();
+  CHECK(taken[0] == segments[COUNT - 1]); /* the last released first */
+  while (os_now_ms() < due) sleep_ms(1);
+  int64_t taken_at = os_now_ms();
+  taken[EARLY] = arena_segment_acquire();
+  arena_cache_trim(false);
+  if (os_now_ms() - taken_at < purge_delay()) {
+    CHECK(atomic_load(&arena_purge_at_ms) > due); /* put off */
+    for (size_t i = 0; i < COUNT - EARLY - 1; i++) CHECK(segments[i]->dirty_slices & touched);
+  }
+  due = atomic_load(&arena_purge_at_ms);
+  while (due != 0 && os_now_ms() < due) {
+    sleep_ms(1);
+    due = atomic_load(&arena_purge_at_ms);
+  }
+  arena_cache_trim(false);
+  CHECK(atomic_load(&arena_purge_at_ms) == 0);
+  CHECK(segments[0]->dirty_slices == SLICE_HEADER_BITS); /* purged, kept mapped for reuse */
+  for (size_t i = 0; i <= EARLY; i++) arena_segment_release(taken[i]);
+  shoal_collect(true);
+
+  for (size_t i = 0; i < COUNT; i++) segments[i] = touched_segment();
+  for (size_t i = 0; i < COUNT; i++) arena_segment_release(segments[i]);
+  due = atomic_load(&arena_purge_at_ms);
+  while (os_now_ms() < due) sleep_ms(1);
+  for (size_t i = 0; i < LATE; i++) taken[i] = arena_segment_acquire();
+  arena_cache_trim(false);
+  CHECK(atomic_load(&arena_purge_at_ms) == 0); /* not put off */
+  CHECK(segments[0]->dirty_slices == SLICE_HEADER_BITS);
+  for (size_t i = 0; i < LATE; i++) arena_segment_release(taken[i]);
+  shoal_collect(true);
+}
+
 /* ---- a heap costs its thread one page ---- */
 
 #ifdef __linux__
@@ -866,6 +928,7 @@ int main(void) {
   test_borrow();
   test_remote_emptied_retired();
   test_cached_segment_pending();
+  test_trim_put_off_while_drawn();
   test_dead_segment_reuse();
   /* A page: blocks are consecutive in one page until it is full. */
   void *first = shoal_malloc(48);
