@@ -424,7 +424,7 @@ typedef struct shoal_heap_s {
    * allocations of the class take first, as a pseudo page the fast path
    * pops like any other: other threads' blocks this thread freed
    * (alloc.h, remote_cache_push) and, of a medium class, its own
-   * (own_cache_push). Every one stays counted in its page. capacity counts
+   * (alloc.c, free_own_medium). Every one stays counted in its page. capacity counts
    * pushes and used pops since it was last empty, reserved the pushes
    * counted as frees, own_frees the own pushes among those not counted yet.
    * Only these and `free` are set: a cache is never found by a free. */
