@@ -203,7 +203,10 @@ void *huge_alloc(size_t size, size_t alignment, bool zero) {
   bool fresh = false;
   if (offset == HUGE_BLOCK_OFFSET) segment = huge_cache_take(mapped);
   if (segment == NULL) {
-    size_t align = alignment > SEGMENT_SIZE ? alignment : SEGMENT_SIZE;
+    /* A block of a huge page or more starts on one, so that its first
+     * bytes get huge pages too and a move keeps them whole (os.h). */
+    size_t align = mapped >= os_huge_page_size() ? os_huge_page_size() : SEGMENT_SIZE;
+    if (alignment > align) align = alignment;
     segment = os_map_aligned(mapped, align);
     if (segment == NULL) {
       huge_cache_trim(true); /* cached blocks may be what stands in the way */

@@ -1,5 +1,6 @@
 /* os and lock layers: aligned mappings, purge gives zero pages back, remap
- * keeps contents and alignment; the lock excludes and wakes sleepers. */
+ * keeps contents, alignment and the place within a huge page; the lock excludes and wakes sleepers.
+ */
 #include "../testhelper.h"
 #include "core/internal.h"
 
@@ -37,6 +38,22 @@ int main(void) {
   for (size_t i = 0; i < size; i += 4096) CHECK(q[i] == (uint8_t)(i >> 12));
   CHECK(q[8 * size - 1] == 0);
   os_unmap(q, 8 * size);
+
+  /* A mapping that must move keeps its place within a huge page, so that
+   * the kernel moves its huge pages whole: 2 MiB at 1 MiB past a huge page,
+   * the space after it taken. */
+  size_t huge = os_huge_page_size();
+  uint8_t *wide = os_map_aligned(4 * huge, huge);
+  CHECK(wide != NULL);
+  p = wide + huge / 2;
+  for (size_t i = 0; i < huge; i += 4096) p[i] = (uint8_t)(i >> 12);
+  os_unmap(wide, huge / 2);
+  q = os_remap_aligned(p, huge, 3 * huge, SEGMENT_SIZE);
+  CHECK(q != NULL && q != p && ((uintptr_t)q & (huge - 1)) == huge / 2);
+  for (size_t i = 0; i < huge; i += 4096) CHECK(q[i] == (uint8_t)(i >> 12));
+  CHECK(q[3 * huge - 1] == 0);
+  os_unmap(q, 3 * huge);
+  os_unmap(p + huge, 4 * huge - huge / 2 - huge);
   CHECK(os_now_ms() > 0);
   CHECK(os_random_key() != 0);
 
