@@ -24,7 +24,7 @@ static const option_descriptor_t descriptors[SHOAL_OPTION_COUNT] = {
     [SHOAL_OPTION_PURGE_DELAY] = {"PURGE_DELAY", 10, OPTION_NUMBER,
                                   "ms without a page freed before free memory goes back to the OS"},
     [SHOAL_OPTION_PURGE_LIMIT] =
-        {"PURGE_LIMIT", 64L << 20, OPTION_BYTES,
+        {"PURGE_LIMIT", 1L << 30, OPTION_BYTES,
          "free resident bytes a thread may keep before purging lazily at once"},
     [SHOAL_OPTION_HUGE_CACHE] = {"HUGE_CACHE", 64L << 20, OPTION_BYTES,
                                  "largest freed huge block kept mapped for reuse"},
