@@ -71,11 +71,13 @@ typedef const void *caller_t;
 #define DIRECT_SLOTS           (DIRECT_MAX / WORD_SIZE + 1)
 #define MEDIUM_MAX             (32 * 1024)                 /* largest size class */
 #define LARGE_MAX              (SEGMENT_SIZE - SLICE_SIZE) /* 15 slices; larger: a huge segment */
-#define PAGE_TARGET_BLOCKS     8           /* a page of blocks up to 8 KiB holds >= this many */
-#define BIG_PAGE_TARGET_BLOCKS 4           /* and of blocks above 8 KiB */
-#define EXTEND_BYTES           4096        /* carve fresh blocks an OS page at a time */
-#define HUGE_BLOCK_OFFSET      SLICE_SIZE  /* block of a huge segment starts here */
-#define DIRECT_CLASSES         32          /* the classes up to DIRECT_MAX */
+#define PAGE_TARGET_BLOCKS     8          /* a page of blocks up to 8 KiB holds >= this many */
+#define BIG_PAGE_TARGET_BLOCKS 4          /* and of blocks above 8 KiB */
+#define EXTEND_BYTES           4096       /* carve fresh blocks an OS page at a time */
+#define POPULATE_FROM          (8 * 1024) /* a filling page faults in ahead from here (page.c) */
+#define POPULATE_MIN_COMMITTED ((size_t)32 << 20) /* in a process that holds this much */
+#define HUGE_BLOCK_OFFSET      SLICE_SIZE         /* block of a huge segment starts here */
+#define DIRECT_CLASSES         32                 /* the classes up to DIRECT_MAX */
 #define REMOTE_CACHE_BYTES     (32 * 1024) /* per small class, of other threads' blocks kept */
 #define OUTBOX_SLOTS           64          /* pages other threads own, gathered at once */
 #define OUTBOX_BYTES           (4 * 1024)  /* a page's gathered blocks go home at this */

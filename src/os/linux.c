@@ -97,6 +97,21 @@ void os_advise_huge_pages(void *address, size_t size, bool wanted) {
   errno = saved;
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+
+/* Off once the kernel refuses it (older than 5.14): no system call a page. */
+static atomic_bool populate_refused;
+
+void os_populate(void *address, size_t size) {
+  if (atomic_load_explicit(&populate_refused, memory_order_relaxed)) return;
+  int saved = errno;
+  if (madvise(address, size, MADV_POPULATE_WRITE) != 0 && errno == EINVAL)
+    atomic_store_explicit(&populate_refused, true, memory_order_relaxed);
+  errno = saved;
+}
+
 void os_purge_lazy(void *address, size_t size) {
   int saved = errno;
   if (madvise(address, size, MADV_FREE) != 0) madvise(address, size, MADV_DONTNEED);

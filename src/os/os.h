@@ -38,6 +38,10 @@ void os_purge_lazy(void *address, size_t size);
  * resize; one advice for the whole (either one) makes it one again, where
  * a page of it was written before the first advice. */
 void os_advise_huge_pages(void *address, size_t size, bool wanted);
+/* Fault in a range the caller is about to write, in one call: where a
+ * fault a page costs more than the kernel's own loop over them (Linux).
+ * Does nothing where the system cannot. */
+void os_populate(void *address, size_t size);
 size_t os_huge_page_size(void);
 /* Grow or shrink a mapping, moving it (without copying) to an address
  * aligned to `alignment` when it cannot stay. NULL on failure, old intact

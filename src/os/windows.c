@@ -168,6 +168,11 @@ void os_advise_huge_pages(void *address, size_t size, bool wanted) {
   (void)wanted;
 }
 
+void os_populate(void *address, size_t size) {
+  (void)address; /* committed memory faults a page at a time; nothing asks ahead */
+  (void)size;
+}
+
 size_t os_huge_page_size(void) {
   return (size_t)2 << 20; /* what a large page would be; nothing asks for one here */
 }

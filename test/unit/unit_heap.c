@@ -16,7 +16,8 @@
  * heaps draw the cache down; a class page made on slices that were touched gives
  * back at a collect what it has not carved, and takes the slices its own
  * class gave back before others; a thread that frees only its own blocks
- * touches one page of its heap. */
+ * touches one page of its heap; a page that fills in a big process faults in
+ * ahead of its carving. */
 #include "../testhelper.h"
 #include "core/internal.h"
 
@@ -798,6 +799,90 @@ static void test_heap_one_page(void) {
   run_in_thread(own_blocks_only);
 }
 
+/* ---- a filling page faults in ahead of its carving ---- */
+
+/* Blocks of 64 bytes carve a fresh page an OS page at a time. In a small
+ * process they fault in one by one; where the process holds
+ * POPULATE_MIN_COMMITTED (a big block here), the carving that reaches
+ * POPULATE_FROM faults in the OS pages up to twice that at once (page.c,
+ * page_populate_ahead), and no further; a page a block was freed into
+ * stops doing so. */
+static void *carved_blocks[8192];
+static size_t carved_count;
+
+static void *carve_one(void) {
+  CHECK(carved_count < 8192);
+  void *block = shoal_malloc(64);
+  CHECK(block != NULL);
+  return carved_blocks[carved_count++] = block;
+}
+
+static uint8_t *fresh_page_carved_to(size_t bytes, shoal_page_t **page_out) {
+  uint8_t *block;
+  shoal_page_t *page;
+  do { /* until a block opens a page of its own, on fresh slices */
+    block = carve_one();
+    page = segment_page_of(segment_of(block), block);
+  } while (page->used != 1 || !page->is_zero);
+  while ((size_t)page->capacity * 64 < bytes) carve_one();
+  *page_out = page;
+  return page->start;
+}
+
+static void *filling_page_ahead(void *arg) {
+  (void)arg;
+#ifdef __linux__
+  int pagemap = open("/proc/self/pagemap", O_RDONLY);
+  if (pagemap < 0) {
+    printf("unit_heap: no /proc/self/pagemap, faulting ahead not checked\n");
+    return NULL;
+  }
+  uint8_t *probe = os_map_aligned(2 * 4096, 4096);
+  CHECK(probe != NULL);
+  os_populate(probe, 2 * 4096);
+  bool populates = page_written(pagemap, probe) && page_written(pagemap, probe + 4096);
+  CHECK(probe[0] == 0 && probe[2 * 4096 - 1] == 0);
+  os_unmap(probe, 2 * 4096);
+  if (!populates) {
+    printf("unit_heap: this kernel faults nothing in ahead, not checked\n");
+    close(pagemap);
+    return NULL;
+  }
+  CHECK(POPULATE_FROM == 8192 && EXTEND_BYTES == 4096);
+  shoal_page_t *page;
+  CHECK_CTX(os_committed_bytes() < POPULATE_MIN_COMMITTED, "the test process holds %zu bytes",
+            os_committed_bytes());
+  uint8_t *start = fresh_page_carved_to(3 * 4096, &page);
+  CHECK(!page_written(pagemap, start + 3 * 4096)); /* small: fault by fault */
+
+  size_t big_size = POPULATE_MIN_COMMITTED;
+  uint8_t *big = shoal_malloc(big_size);
+  CHECK(big != NULL && os_committed_bytes() >= POPULATE_MIN_COMMITTED);
+  start = fresh_page_carved_to(3 * 4096, &page);
+  CHECK(page->capacity * 64 == 3 * 4096);
+  CHECK_CTX(page_written(pagemap, start + 3 * 4096), "the page's fourth OS page is not resident");
+  CHECK(!page_written(pagemap, start + 4 * 4096)); /* up to twice POPULATE_FROM, no further */
+  uint8_t *carved = fresh_page_carved_to(4 * 4096 + 64, &page); /* past the next doubling */
+  CHECK(page_written(pagemap, carved + 7 * 4096) && !page_written(pagemap, carved + 8 * 4096));
+
+  /* A block freed into a page: it is no longer filling. */
+  start = fresh_page_carved_to(4096, &page);
+  CHECK(carve_one() == start + 64);
+  shoal_free(carved_blocks[--carved_count]); /* the first block keeps the page in use */
+  while ((size_t)page->capacity * 64 < 3 * 4096) carve_one();
+  CHECK(!page->is_zero && !page_written(pagemap, start + 3 * 4096));
+  shoal_free(big);
+  while (carved_count > 0) shoal_free(carved_blocks[--carved_count]);
+  shoal_collect(true);
+  close(pagemap);
+#endif
+  return NULL;
+}
+
+static void test_populate_ahead(void) {
+  run_in_thread(filling_page_ahead);
+}
+
 /* ---- a page on touched slices gives back what it has not carved ---- */
 
 /* A large block writes its slices and frees them; the class page made next
@@ -917,6 +1002,7 @@ static void test_class_slices_again(void) {
 }
 
 int main(void) {
+  test_populate_ahead(); /* first: the process holds little yet */
   test_heap_one_page();
   test_class_slices_again();
   test_touched_tail_purged();
