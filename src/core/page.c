@@ -55,7 +55,7 @@ void page_init(shoal_page_t *page, shoal_heap_t *heap, size_t block_size, uint8_
  * to the next doubling are faulted in by one call, not one fault each. On
  * this virtual machine a fault costs 13.6 µs, the kernel's loop about 1,
  * the first touch after it 4: smallobj (5 M nodes allocated, then freed)
- * -22 %, giveback -36 %. What a page never carves of it stays resident:
+ * -21 %, giveback -34 %. What a page never carves of it stays resident:
  * at most what it carved already, and only in a process that holds
  * POPULATE_MIN_COMMITTED, where that is little (small programs' pages stop
  * early: parallel held 2 % more without the bound). */
