@@ -78,10 +78,10 @@ bool page_extend(shoal_page_t *page) {
   size_t count = EXTEND_BYTES / size;
   if (count == 0) count = 1;
   if (count > page->reserved - page->capacity) count = page->reserved - page->capacity;
-  uint8_t *first = page->start + (size_t)page->capacity * size;
+  size_t carved = (size_t)page->capacity * size;
+  if (page->is_zero) page_populate_ahead(page, carved, carved + count * size);
+  uint8_t *first = page->start + carved;
   uint8_t *last = first + (count - 1) * size;
-  if (page->is_zero)
-    page_populate_ahead(page, (size_t)(first - page->start), (size_t)(last - page->start) + size);
   uintptr_t key = free_key;
   /* Each block gets the free key as well as the link (the same line): a
    * free of a block never handed out is then a double free to the block
