@@ -65,7 +65,10 @@ test-windows: windows
 	@# One Wine server for the whole run, kept 30 s past its last program: the tests start
 	@# hundreds of short Wine programs, two at a time, and a program that starts while the
 	@# server is going away with the last one fails ("recvmsg: Connection reset by peer").
-	-@WINEPREFIX=$(abspath $(WIN_BUILD))/wine $(WINESERVER) -p30 2>/dev/null
+	@# A server still up (wineboot's, just above) refuses -p30 and goes away 3 s after
+	@# its last program: wait for it to go first.
+	-@WINEPREFIX=$(abspath $(WIN_BUILD))/wine $(WINESERVER) -w 2>/dev/null; \
+	  WINEPREFIX=$(abspath $(WIN_BUILD))/wine $(WINESERVER) -p30 2>/dev/null
 	cd $(WIN_BUILD) && WINEPREFIX=$(abspath $(WIN_BUILD))/wine WINEDEBUG=-all $(CTEST) --output-on-failure -j $(JOBS)
 	WINEPREFIX=$(abspath $(WIN_BUILD))/wine WINEDEBUG=-all WINE=$(WINE) pascal/windows/run_tests.sh $(WIN_BUILD)
 
