@@ -989,8 +989,10 @@ static bool outbox_to_depot(shoal_heap_t *heap, const outbox_slot_t *slot) {
 
 static void heap_depot_drain_due(shoal_heap_t *heap);
 
+_Static_assert(OUTBOX_SLOT_BITS >= 1 && OUTBOX_SLOT_BITS <= 6, "a bit per slot in outbox_occupied");
+
 static inline size_t outbox_index(const shoal_page_t *page) {
-  return (size_t)(((uintptr_t)page * 0x9E3779B97F4A7C15u) >> 58);
+  return (size_t)(((uintptr_t)page * 0x9E3779B97F4A7C15u) >> (64 - OUTBOX_SLOT_BITS));
 }
 
 static void outbox_send(shoal_heap_t *heap, size_t index) {

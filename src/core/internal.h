@@ -79,8 +79,9 @@ typedef const void *caller_t;
 #define HUGE_BLOCK_OFFSET      SLICE_SIZE         /* block of a huge segment starts here */
 #define DIRECT_CLASSES         32                 /* the classes up to DIRECT_MAX */
 #define REMOTE_CACHE_BYTES     (32 * 1024) /* per small class, of other threads' blocks kept */
-#define OUTBOX_SLOTS           64          /* pages other threads own, gathered at once */
-#define OUTBOX_BYTES           (4 * 1024)  /* a page's gathered blocks go home at this */
+#define OUTBOX_SLOT_BITS       6           /* 64 slots: outbox_occupied has a bit per slot */
+#define OUTBOX_SLOTS           (1u << OUTBOX_SLOT_BITS) /* pages other threads own, gathered at once */
+#define OUTBOX_BYTES           (4 * 1024) /* a page's gathered blocks go home at this */
 #define PURGE_BURST_DELAYS     10 /* a burst of frees defers a purge this many delays at most */
 #define PURGE_DEAD_DELAYS      10 /* a dead thread's heap stays warm this long for an adopter */
 #define ARENA_TRIM_DELAYS      10 /* empty segments wait this long for any thread to take them */
