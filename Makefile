@@ -83,7 +83,7 @@ format-check:
 # asked for) the seeds' Pascal experiments under FPC's heap, cmem and ShoalMM.
 bench: deps-bench
 	@$(MAKE) --no-print-directory build
-	python3 bench/run.py $(if $(FULL),--full) $(if $(ONLY),--only $(ONLY)) $(if $(ALLOC),--alloc $(ALLOC)) $(if $(RUNS),--runs $(RUNS))
+	python3 bench/run.py $(if $(FULL),--full) $(if $(ONLY),--only $(ONLY)) $(if $(ALLOC),--alloc $(ALLOC)) $(if $(RUNS),--runs $(RUNS)) $(if $(JOURNAL),--journal $(JOURNAL))
 	@if [ -z "$(ONLY)$(ALLOC)" ] && command -v fpc >/dev/null; then \
 	  bash pascal/bench/run.sh bench/results/$$(date +%F)-pascal.md $(BUILD); \
 	fi

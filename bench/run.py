@@ -14,10 +14,16 @@ compile, run installed programs (redis-server, gcc) instead of a file of ours.
 --tiny runs each workload once at its tiny size under each allocator and
 fails if any run fails; it writes no results (ctest runs it).
 
+--journal FILE keeps each finished run in FILE as it ends; started again
+with the same FILE (same mode, run count and allocators), the suite takes
+those runs from it and runs only the rest, so a run cut short goes on where
+it stopped.
+
 Standard library only. report.py turns the runs into tables and charts.
 """
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -454,7 +460,36 @@ class Progress:
               f"{status}  elapsed {clock(elapsed)}  left ~{clock(left)}", file=sys.stderr)
 
 
-def run_all(cases, allocators, build_dir, size, runs, timeout_s):
+class Journal:
+    """A file that keeps every finished run as a line of JSON, so that a run
+    of the suite cut short (a full run takes two hours here) goes on where
+    it stopped: runs already in the file, of the same mode, run count and
+    allocators, are taken from it instead of run again."""
+
+    def __init__(self, path, setup):
+        self.path, self.done = path, {}
+        if path.exists():
+            with open(path) as f:
+                lines = [json.loads(line) for line in f if line.strip()]
+            if not lines or lines[0].get("journal") != setup:
+                fail(f"{path} was written by another run of the suite (mode, runs or "
+                     f"allocators differ): {lines[0] if lines else 'empty'}")
+            for entry in lines[1:]:
+                self.done[(entry["label"], entry["allocator"], entry["run"])] = entry["result"]
+        else:
+            with open(path, "w") as f:
+                f.write(json.dumps({"journal": setup}) + "\n")
+
+    def take(self, case, allocator, k):
+        return self.done.get((case["label"], allocator, k))
+
+    def add(self, case, allocator, k, result):
+        entry = {"label": case["label"], "allocator": allocator, "run": k, "result": result}
+        with open(self.path, "a") as f:
+            f.write(json.dumps(entry) + "\n")
+
+
+def run_all(cases, allocators, build_dir, size, runs, timeout_s, journal=None):
     """Runs every case under every allocator, interleaved; returns the runs."""
     names = list(allocators)
     progress = Progress(len(cases) * len(names) * runs)
@@ -464,12 +499,17 @@ def run_all(cases, allocators, build_dir, size, runs, timeout_s):
         for k in range(runs):
             rotation = names[k % len(names):] + names[:k % len(names)]
             for allocator in rotation:
-                if case["workload"] in RUNNERS:
+                kept = journal.take(case, allocator, k + 1) if journal else None
+                if kept is not None:
+                    result = dict(kept)
+                elif case["workload"] in RUNNERS:
                     result = RUNNERS[case["workload"]](allocator, allocators[allocator], size,
                                                        timeout_s)
                 else:
                     result = run_once(binary, size, case["threads"], allocators[allocator],
                                       timeout_s, case["args"])
+                if journal and kept is None:
+                    journal.add(case, allocator, k + 1, result)
                 result.update(case=case, allocator=allocator, run=k + 1)
                 results.append(result)
                 progress.report(case, allocator, k + 1, runs, result)
@@ -509,6 +549,9 @@ def main():
     parser.add_argument("--build-dir", type=Path, default=Path(default_build),
                         help="where the workloads are built (default build/bench)")
     parser.add_argument("--results-dir", type=Path, default=BENCH_DIR / "results")
+    parser.add_argument("--journal", type=Path,
+                        help="keep each finished run in this file; runs already in it are "
+                             "not run again (a run cut short goes on where it stopped)")
     args = parser.parse_args()
     if args.full and args.tiny:
         fail("--full and --tiny exclude each other")
@@ -539,7 +582,11 @@ def main():
     runs = 1 if args.tiny else args.runs or (5 if args.full else 3)
     load_before = os.getloadavg()[0]
     cpu_before, started = cpu_seconds(), time.monotonic()
-    results = run_all(cases, allocators, args.build_dir, mode, runs, TIMEOUT_S[mode])
+    journal = None
+    if args.journal:
+        journal = Journal(args.journal, {"mode": mode, "runs": runs,
+                                         "allocators": {n: str(p) for n, p in allocators.items()}})
+    results = run_all(cases, allocators, args.build_dir, mode, runs, TIMEOUT_S[mode], journal)
     check_replays(results)
     elapsed = time.monotonic() - started
     machine_cpu, own_cpu = (after - before for after, before in zip(cpu_seconds(), cpu_before))
