@@ -470,7 +470,18 @@ class Journal:
         self.path, self.done = path, {}
         if path.exists():
             with open(path) as f:
-                lines = [json.loads(line) for line in f if line.strip()]
+                texts = [line for line in f if line.strip()]
+            try:
+                lines = [json.loads(text) for text in texts]
+            except json.JSONDecodeError:
+                # A run stopped while writing leaves its last line cut short:
+                # that run is run again; anywhere else the file is not a journal.
+                try:
+                    lines = [json.loads(text) for text in texts[:-1]]
+                except json.JSONDecodeError:
+                    fail(f"{path} is not a journal of this suite (a line is not JSON)")
+                print(f"journal: {path}: its last line was cut short; that run runs again",
+                      file=sys.stderr)
             if not lines or lines[0].get("journal") != setup:
                 fail(f"{path} was written by another run of the suite (mode, runs or "
                      f"allocators differ): {lines[0] if lines else 'empty'}")
