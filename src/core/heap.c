@@ -1301,10 +1301,15 @@ static void heap_take_over(shoal_heap_t *heap) {
   heap_drain(heap, DRAIN_BY_OWNER);
   heap_take_reparked(heap);
   segment_purge_restart(heap);
-  /* Whose blocks the new thread frees is its own story. */
-  heap->remote_owner_last = NULL;
-  heap->chains_in_window = heap->owner_changes_in_window = 0;
-  heap->frees_for_many_heaps = false;
+  /* Whose blocks the new thread frees is its own story. Written only where
+   * set: these lie in the heap's sparse part, which a thread that freed no
+   * other thread's blocks left unwritten. */
+  if (heap->remote_owner_last != NULL || heap->chains_in_window != 0 ||
+      heap->frees_for_many_heaps) {
+    heap->remote_owner_last = NULL;
+    heap->chains_in_window = heap->owner_changes_in_window = 0;
+    heap->frees_for_many_heaps = false;
+  }
   heap_slow_exit(heap);
 }
 

@@ -404,6 +404,9 @@ typedef struct shoal_heap_s {
   /* (owner) A depot found stale while a chain was sent: drained once the
    * outbox is whole again. Beside outbox_occupied, which every push writes. */
   bool depot_drain_due;
+  /* (owner) Draining or leaving: every chain goes home. Here, not with the
+   * outbox: every collect and every thread exit writes it. */
+  bool outbox_home_only;
   bool touched_tails;           /* (owner) a page with touched_tail made since the last due purge */
   size_t purge_pending_bytes;   /* (owner) free dirty slice bytes not yet purged */
   _Atomic(int64_t) purge_at_ms; /* (owner, read by a free) when to purge them; 0: nothing pending */
@@ -441,7 +444,6 @@ typedef struct shoal_heap_s {
   struct shoal_heap_s *remote_owner_last;
   uint32_t chains_in_window, owner_changes_in_window;
   bool frees_for_many_heaps;
-  bool outbox_home_only; /* (owner) draining or leaving: every chain goes home */
 } cache_aligned shoal_heap_t;
 
 /* ---- lock.c: spin with pause, then yield, then futex; never a fixed sleep ---- */
