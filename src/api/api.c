@@ -58,7 +58,7 @@ static slow_path void *alloc_first(size_t size, caller_t caller) {
 
 /* As the core's alloc_generic, with a thread's first call (and every call
  * while a diagnostic interposes) taken apart. */
-out_of_line void *api_alloc_exit(shoal_heap_t *heap, size_t size, caller_t caller) {
+out_of_line void *api_alloc_exit(size_t size, shoal_heap_t *heap, caller_t caller) {
   if (caller == OWN_CALLER) caller = CALLER();
   void *p = alloc_slow_pop(heap, size, true);
   if (likely(p != NULL)) return p;
@@ -75,6 +75,15 @@ void api_free_not_local(shoal_page_t *page, void *p, size_t size_hint, caller_t 
     return;
   }
   free_not_local(page, p, size_hint, caller);
+}
+
+/* A block of this thread's segments that the fast path did not free: a
+ * medium or large one of its own pages (the core's), else the slow path. */
+void api_free_not_small(shoal_page_t *page, void *p, size_t size_hint, caller_t caller,
+                        uint64_t place) {
+  if (likely(free_own_larger(page, p, size_hint, place))) return;
+  if (caller == OWN_CALLER) caller = CALLER();
+  api_free_slow(p, size_hint, caller);
 }
 
 slow_path void api_free_slow(void *p, size_t size_hint, caller_t caller) {

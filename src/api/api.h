@@ -18,8 +18,10 @@
 
 /* The exits: on a thread's first call, start the library; while a
  * diagnostic interposes, hand it the call; else the core's slow path. */
-void *api_alloc_exit(shoal_heap_t *heap, size_t size, caller_t caller);
+void *api_alloc_exit(size_t size, shoal_heap_t *heap, caller_t caller);
 void api_free_not_local(shoal_page_t *page, void *p, size_t size_hint, caller_t caller);
+void api_free_not_small(shoal_page_t *page, void *p, size_t size_hint, caller_t caller,
+                        uint64_t place);
 void api_free_slow(void *p, size_t size_hint, caller_t caller);
 
 fast_path void *api_malloc(size_t size, caller_t caller) {
@@ -27,7 +29,7 @@ fast_path void *api_malloc(size_t size, caller_t caller) {
 }
 
 fast_path void api_free(void *p, size_t size_hint, caller_t caller) {
-  free_fast_then(p, size_hint, caller, api_free_not_local, api_free_slow);
+  free_fast_then(p, size_hint, caller, api_free_not_local, api_free_not_small, api_free_slow);
 }
 
 /* Behind both names of each function (shoal_calloc and calloc...), told who

@@ -83,15 +83,15 @@ static slow_path void *new_failed(size_t size, size_t alignment, bool nothrow, c
 
 /* new's slow exits: malloc's, then the new-handler when it fails. The
  * fast path is malloc's, which never fails, so new tests nothing more. */
-static slow_path void *new_generic(shoal_heap_t *heap, size_t size, caller_t caller) {
+static slow_path void *new_generic(size_t size, shoal_heap_t *heap, caller_t caller) {
   if (caller == OWN_CALLER) caller = CALLER();
-  void *p = api_alloc_exit(heap, size, caller);
+  void *p = api_alloc_exit(size, heap, caller);
   return likely(p != NULL) ? p : new_failed(size, 0, false, caller);
 }
 
-static slow_path void *new_generic_nothrow(shoal_heap_t *heap, size_t size, caller_t caller) {
+static slow_path void *new_generic_nothrow(size_t size, shoal_heap_t *heap, caller_t caller) {
   if (caller == OWN_CALLER) caller = CALLER();
-  void *p = api_alloc_exit(heap, size, caller);
+  void *p = api_alloc_exit(size, heap, caller);
   return likely(p != NULL) ? p : new_failed(size, 0, true, caller);
 }
 

@@ -150,39 +150,10 @@ void heap_page_freed(shoal_heap_t *heap, shoal_page_t *page) {
   page_freed_locked(heap, page);
 }
 
-/* The thread's own medium block, checked by the free fast path, kept in
- * its class cache for the thread's next malloc of the class, as a thread
- * cache keeps it: that malloc takes the block freed last, still in the
- * processor's cache, where the page's list would hand out the block freed
- * last into that page, often long ago (rptest, 2 threads: -7 % time; a
- * miss on the block's link was a third of its medium mallocs' samples).
- * Out of line, so that the fast path of small blocks pays only the class
- * test. The block stays counted in its page, as another thread's block in
- * the cache is, so no thread serving the heap finds the page empty while
- * the cache holds some of it; and a page's last counted block goes to the
- * page, lest the cache keep an otherwise empty page out of use (mtalloc
- * t=2 / t=8 peak RSS, 64 KiB a class: +7 / +12 % without this, +4 / +2 %
- * with it). At most OWN_CACHE_MEDIUM bytes a class; past it, the page's
- * list as before. */
-out_of_line void free_own_medium(shoal_heap_t *heap, shoal_page_t *page, shoal_block_t *block) {
-  uint8_t size_class = page->size_class;
-  shoal_page_t *cache = &heap->class_cache[size_class];
-  page->is_zero = 0; /* calloc reads the page's flag for blocks of the cache too (zero_block) */
-  if (likely(size_class < CLASS_COUNT && page->used > 1 &&
-             (cache->capacity - cache->used) * page->block_size < OWN_CACHE_MEDIUM)) {
-    block->next = cache->free;
-    block->key = heap->free_key;
-    cache->free = block;
-    cache->capacity++;
-#if SHOAL_STATISTICS
-    cache->own_frees++;
-#endif
-    return;
-  }
-  block->next = page->free;
-  block->key = heap->free_key;
-  page->free = block;
-  if (--page->used == 0) heap_page_freed(heap, page);
+void free_not_small(shoal_page_t *page, void *p, size_t size_hint, caller_t caller,
+                    uint64_t place) {
+  if (likely(free_own_larger(page, p, size_hint, place))) return;
+  free_slow(p, size_hint, caller);
 }
 
 /* Home to its page, gathered with others of the page in the outbox; a
@@ -310,7 +281,7 @@ done:
  * and a small size whose direct page has other threads' frees waiting
  * (alloc_slow_pop); everything else is the slow path, which makes the
  * thread's heap on its first call. */
-out_of_line void *alloc_generic(shoal_heap_t *heap, size_t size, caller_t caller) {
+out_of_line void *alloc_generic(size_t size, shoal_heap_t *heap, caller_t caller) {
   (void)caller;
   void *p = alloc_slow_pop(heap, size, true);
   if (likely(p != NULL)) return p;
@@ -318,7 +289,7 @@ out_of_line void *alloc_generic(shoal_heap_t *heap, size_t size, caller_t caller
 }
 
 /* The slow exit of aligned requests: a block of the size's own class. */
-out_of_line void *alloc_generic_exact(shoal_heap_t *heap, size_t size, caller_t caller) {
+out_of_line void *alloc_generic_exact(size_t size, shoal_heap_t *heap, caller_t caller) {
   (void)caller;
   void *p = alloc_slow_pop(heap, size, false);
   if (likely(p != NULL)) return p;
@@ -339,7 +310,9 @@ static void *zero_block(void *p, size_t size) {
   bool own = segment->kind == SEGMENT_HUGE
                  ? p == page->start
                  : atomic_load_explicit(&segment->heap, memory_order_relaxed) == thread_heap;
-  if (own && page->is_zero)
+  /* A small class's flag says only that its page was made on fresh
+   * slices: the free fast path does not clear it. */
+  if (own && page->is_zero && page->size_class >= DIRECT_CLASSES)
     ((shoal_block_t *)p)->next = NULL; /* only the link was written */
   else
     memset(p, 0, size);
@@ -375,7 +348,7 @@ void *core_alloc_aligned(size_t alignment, size_t size, caller_t caller) {
     size_t slot = (rounded + WORD_SIZE - 1) / WORD_SIZE;
     if (alignment > BLOCK_ALIGNMENT && rounded <= DIRECT_MAX &&
         heap->direct_page[slot]->size_class != direct_class[slot])
-      return alloc_generic_exact(heap, rounded, caller);
+      return alloc_generic_exact(rounded, heap, caller);
     return alloc_fast_then(rounded, caller, alloc_generic_exact);
   }
   shoal_heap_t *heap = thread_heap;

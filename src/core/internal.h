@@ -116,7 +116,7 @@ typedef const void *caller_t;
  * anew (rptest, 8 threads: +35 % at 32 KiB, +13 % at this). */
 #define REMOTE_CACHE_MEDIUM (8 * 1024)
 /* Bytes per medium class of the thread's own freed blocks its class cache
- * keeps (alloc.c, free_own_medium). rptest, 2 threads: 16 / 32 / 64 KiB
+ * keeps (alloc.h, free_own_larger). rptest, 2 threads: 16 / 32 / 64 KiB
  * -5 / -7 / -13 % time; but mtalloc's peak RSS level / level / +4-7 %
  * (its classes hold a few blocks each: a cache of many keeps its pages
  * from emptying), and the gcc replay's -6 / -16 / -16 %. */
@@ -207,7 +207,8 @@ typedef struct shoal_page_s {
   uint32_t block_size;               /* bytes per block; 0 when the page is free */
   uint8_t size_class;                /* class, CLASS_LARGE/HUGE/NONE */
   uint8_t flags;                     /* PAGE_FULL, PAGE_UNUSED: 0 on the fast path */
-  uint8_t is_zero;                   /* free blocks are zero beyond word 0 (fresh memory) */
+  uint8_t is_zero; /* free blocks are zero beyond word 0 (fresh memory); a small class's
+                      page: made on fresh slices (its own frees do not clear it) */
   /* GUEST_PAGE: a page of this heap in another heap's segment (heap.c,
    * heap_borrow_page). Its free_limit stays 0 (page_set_free_limit): the
    * segment's heap, whose free takes its blocks for its own, finds no block
@@ -221,9 +222,17 @@ typedef struct shoal_page_s {
    * since, which their freeing threads counted). The local frees since are
    * the difference: free counts nothing. */
   uint32_t used_at_fold;
-  uint32_t own_frees; /* (a class cache) the heap's own blocks pushed since the last fold */
+  union {
+    /* A page's: free_limit's twin for a medium or large class (a page's
+     * limit stays below 2 MiB), whose frees leave the fast path by its
+     * block test (free_limit 0) and take this one (alloc.h,
+     * free_own_larger). */
+    uint32_t larger_limit;
+    uint32_t own_frees; /* a class cache's: the heap's own blocks pushed since the last fold */
+  };
   uint64_t unfolded_allocs;
-  uint64_t free_limit; /* shared_limit while the fast path may free here, else 0 (parked) */
+  uint64_t free_limit; /* shared_limit while the fast path may free here, else 0 (parked,
+                          unused, a guest, or not a small class's) */
   /* Line 3, written by other threads. Blocks they freed (atomic): the list
    * in bits 1..47, its length in bits 48..63. Bit 0 set: the owner parked
    * the page in its full list and wants to be told; the first pusher clears
@@ -264,16 +273,27 @@ static inline uint64_t block_divisor(uint32_t block_size) {
 static inline uint64_t block_limit(uint64_t divisor, uint32_t block_size, uint32_t capacity) {
   return (uint64_t)capacity * (divisor * block_size); /* the product wraps to e */
 }
+/* offset * divisor: below the limit for a carved block's start. */
+static inline uint64_t block_place(const uint8_t *start, uint64_t divisor, const void *p) {
+  uint32_t offset = (uint32_t)((const uint8_t *)p - start);
+  return (uint64_t)offset * divisor;
+}
 static inline bool is_carved_block(const uint8_t *start, uint64_t divisor, uint64_t limit,
                                    const void *p) {
-  uint32_t offset = (uint32_t)((const uint8_t *)p - start);
-  return (uint64_t)offset * divisor < limit;
+  return block_place(start, divisor, p) < limit;
 }
 
-/* free_limit, but a guest's: that stays the 0 its descriptor was cleared
- * to, never written while the segment's heap may read it in a free. */
+/* free_limit for a small class's page, larger_limit for a medium or large
+ * one's (the other 0), so that the fast path, which reads only free_limit,
+ * needs no class test; but a guest's: those stay the 0 its descriptor was
+ * cleared to, never written while the segment's heap may read them in a
+ * free. */
+_Static_assert(2 * SEGMENT_SIZE <= UINT32_MAX, "a page's block limit fits larger_limit");
 static inline void page_set_free_limit(shoal_page_t *page, uint64_t limit) {
-  if (atomic_load_explicit(&page->guest, memory_order_relaxed) == 0) page->free_limit = limit;
+  if (atomic_load_explicit(&page->guest, memory_order_relaxed) != 0) return;
+  bool small = page->size_class < DIRECT_CLASSES;
+  page->free_limit = small ? limit : 0;
+  page->larger_limit = !small && page->size_class <= CLASS_LARGE ? (uint32_t)limit : 0;
 }
 /* After carving more blocks, or parking and unparking. A page with flags
  * set (parked, unused) gets no free_limit: every pointer then fails the
@@ -430,7 +450,7 @@ typedef struct shoal_heap_s {
    * allocations of the class take first, as a pseudo page the fast path
    * pops like any other: other threads' blocks this thread freed
    * (alloc.h, remote_cache_push) and, of a medium class, its own
-   * (alloc.c, free_own_medium). Every one stays counted in its page. capacity counts
+   * (alloc.h, free_own_larger). Every one stays counted in its page. capacity counts
    * pushes and used pops since it was last empty, reserved the pushes
    * counted as frees, own_frees the own pushes among those not counted yet.
    * Only these and `free` are set: a cache is never found by a free. */

@@ -49,8 +49,10 @@ void page_init(shoal_page_t *page, shoal_heap_t *heap, size_t block_size, uint8_
   page_publish_shape(page);
 }
 
-/* A page made on fresh slices whose blocks all stay live as it carves
- * (is_zero: no block freed into it yet) is filling: when its carving
+/* A page made on fresh slices (is_zero) that carves is filling: its free
+ * list is spent, so every block it carved is live or on its way back from
+ * another thread (a small class's own frees do not clear the flag: the
+ * free fast path stays a store shorter). When its carving
  * reaches POPULATE_FROM bytes, and at each doubling after, the OS pages up
  * to the next doubling are faulted in by one call, not one fault each. On
  * this virtual machine a fault costs 13.6 µs, the kernel's loop about 1,

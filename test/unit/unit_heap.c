@@ -805,8 +805,7 @@ static void test_heap_one_page(void) {
  * process they fault in one by one; where the process holds
  * POPULATE_MIN_COMMITTED (a big block here), the carving that reaches
  * POPULATE_FROM faults in the OS pages up to twice that at once (page.c,
- * page_populate_ahead), and no further; a page a block was freed into
- * stops doing so. */
+ * page_populate_ahead), and no further. */
 static void *carved_blocks[8192];
 static size_t carved_count;
 
@@ -865,12 +864,21 @@ static void *filling_page_ahead(void *arg) {
   uint8_t *carved = fresh_page_carved_to(4 * 4096 + 64, &page); /* past the next doubling */
   CHECK(page_written(pagemap, carved + 7 * 4096) && !page_written(pagemap, carved + 8 * 4096));
 
-  /* A block freed into a page: it is no longer filling. */
+  /* A block freed into a page and taken again by calloc: zeroed, though its
+   * first life wrote it (the page's flag says only that it was made on
+   * fresh slices: its own frees do not clear it); every carved block live
+   * again, the page fills on, faulting in ahead as before. */
   start = fresh_page_carved_to(4096, &page);
-  CHECK(carve_one() == start + 64);
+  uint8_t *reused = carve_one();
+  CHECK(reused == start + 64);
+  memset(reused, 0xa5, 64);
   shoal_free(carved_blocks[--carved_count]); /* the first block keeps the page in use */
+  uint8_t *zeroed = shoal_calloc(1, 64);
+  CHECK(zeroed == reused);
+  for (size_t i = 0; i < 64; i++) CHECK(zeroed[i] == 0);
+  carved_blocks[carved_count++] = zeroed;
   while ((size_t)page->capacity * 64 < 3 * 4096) carve_one();
-  CHECK(!page->is_zero && !page_written(pagemap, start + 3 * 4096));
+  CHECK(page->is_zero && page_written(pagemap, start + 3 * 4096));
   shoal_free(big);
   while (carved_count > 0) shoal_free(carved_blocks[--carved_count]);
   shoal_collect(true);
