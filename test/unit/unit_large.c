@@ -1,13 +1,15 @@
 /* large layer (huge blocks) and arena segment cache, seen from inside: a
  * freed huge block is reused from the cache (whole, cut or grown in place of a
  * fresh mapping), mremap growth keeps contents and the segment map follows
- * the block, an alignment beyond the segment size gives an interior pointer
+ * the block, a block appended to a page at a time grows its mapping by a
+ * quarter at least, an alignment beyond the segment size gives an interior pointer
  * that still finds its segment, and an emptied segment comes back from the
  * arena cache. */
 #include "../testhelper.h"
 #include "core/internal.h"
 
 #include <errno.h>
+#include <string.h>
 
 #define MIB ((size_t)1 << 20)
 
@@ -52,6 +54,28 @@ int main(void) {
   CHECK(z != NULL);
   for (size_t i = 0; i < 20 * MIB; i += 4096) CHECK(z[i] == 0);
   shoal_free(z);
+
+  /* Appended to an OS page at a time, a huge block grows its mapping by a
+   * quarter at least: a handful of remaps, not one a page; every byte
+   * written stays. */
+  size_t length = 2 * MIB, resizes = 0;
+  uint8_t *buffer = shoal_malloc(length);
+  CHECK(buffer != NULL);
+  memset(buffer, 0x5c, length);
+  size_t usable = shoal_malloc_usable_size(buffer);
+  for (int step = 0; step < 2048; step++) {
+    buffer = shoal_realloc(buffer, length + 4096);
+    CHECK(buffer != NULL);
+    memset(buffer + length, 0x5c, 4096);
+    length += 4096;
+    size_t now = shoal_malloc_usable_size(buffer);
+    CHECK(now >= length && now < 2 * length);
+    resizes += now != usable;
+    usable = now;
+  }
+  CHECK_CTX(resizes <= 8, "%zu resizes to grow 2 MiB to 10 MiB a page at a time", resizes);
+  for (size_t i = 0; i < length; i++) CHECK(buffer[i] == 0x5c);
+  shoal_free(buffer);
 
   /* Alignment beyond the segment size: the block starts in a later 1 MiB
    * chunk, which the map marks as interior of the same segment. */
