@@ -17,7 +17,7 @@
  *         how many of the program's cache misses the core overlaps: going
  *         from 42 to 35 made smallobj's random phase 15 % faster, three
  *         fewer (the class test and the is_zero store gone) 12 % more.
- * Each has one unlikely exit to a noinline function.
+ * Their unlikely exits are noinline functions.
  *
  * `caller` names the call site for the diagnostics: the return address of
  * the exported function (CALLER()), or OWN_CALLER where the exported
