@@ -85,8 +85,14 @@ typedef const void *caller_t;
 #define PURGE_BURST_DELAYS     10 /* a burst of frees defers a purge this many delays at most */
 #define PURGE_DEAD_DELAYS      10 /* a dead thread's heap stays warm this long for an adopter */
 #define ARENA_TRIM_DELAYS      10 /* empty segments wait this long for any thread to take them */
-#define ADDRESS_BITS           47
-#define SEGMENT_MAP_ENTRIES    ((size_t)1 << (ADDRESS_BITS - SEGMENT_SHIFT))
+/* Empty segments kept for the purge delay (256 MiB), and kept mapped,
+ * purged, after it (16 MiB); beyond these, up to 4 GiB of address space
+ * retained, purged (arena.c's segment_retire). */
+#define ARENA_CACHED_SEGMENTS   (((size_t)256 << 20) / SEGMENT_SIZE)
+#define ARENA_CACHED_CLEAN      (((size_t)16 << 20) / SEGMENT_SIZE)
+#define ARENA_RETAINED_SEGMENTS (((size_t)4 << 30) / SEGMENT_SIZE)
+#define ADDRESS_BITS            47
+#define SEGMENT_MAP_ENTRIES     ((size_t)1 << (ADDRESS_BITS - SEGMENT_SHIFT))
 
 /* A class above 128 bytes that has no free block of its own (one page of
  * it, carved to the end or with never-used blocks left, no remote frees on

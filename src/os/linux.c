@@ -39,8 +39,8 @@ size_t os_huge_page_size(void) {
  * one. No MAP_NORESERVE: the kernel's overcommit check then refuses an
  * absurd request (malloc of 64 TiB) at once, as it does for glibc, instead
  * of letting the program die when it touches the memory. */
-static void *map_anonymous(size_t size) {
-  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+static void *map_anonymous(uintptr_t hint, size_t size) {
+  void *p = mmap((void *)hint, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) {
     errno = ENOMEM;
     return NULL;
@@ -55,7 +55,7 @@ static void *map_at_phase(size_t size, size_t alignment, size_t phase) {
     errno = ENOMEM;
     return NULL;
   }
-  uint8_t *raw = map_anonymous(size + alignment);
+  uint8_t *raw = map_anonymous(0, size + alignment);
   if (raw == NULL) return NULL;
   uintptr_t at = (((uintptr_t)raw + alignment - 1) & ~(uintptr_t)(alignment - 1)) + phase;
   if (at - alignment >= (uintptr_t)raw) at -= alignment;
@@ -66,17 +66,77 @@ static void *map_at_phase(size_t size, size_t alignment, size_t phase) {
   return p;
 }
 
-void *os_map_aligned(size_t size, size_t alignment) {
-  /* Try the plain call first: the kernel often hands out aligned space
-   * right below the previous mapping. Otherwise over-reserve and trim. */
-  uint8_t *p = map_anonymous(size);
+/* Where the last aligned mapping began: the next is asked for right below
+ * it. Left to itself, the kernel puts a 1 MiB mapping into the hole that the
+ * last one's trim left, which is never aligned, and each segment then cost
+ * two mmaps and two munmaps. */
+static _Atomic(uintptr_t) aligned_hint;
+
+static void *map_hinted(size_t size, size_t alignment) {
+  /* A hint is only a wish (no MAP_FIXED): taken or not, nothing mapped is
+   * replaced. Otherwise over-reserve and trim. */
+  uintptr_t below = atomic_load_explicit(&aligned_hint, memory_order_relaxed);
+  uintptr_t hint = below > size ? (below - size) & ~(uintptr_t)(alignment - 1) : 0;
+  uint8_t *p = map_anonymous(hint, size);
   if (p == NULL) return NULL;
   if (((uintptr_t)p & (alignment - 1)) != 0) {
     munmap(p, size);
     p = map_at_phase(size, alignment, 0);
     if (p == NULL) return NULL;
   }
-  account_map(size);
+  atomic_store_explicit(&aligned_hint, (uintptr_t)p, memory_order_relaxed);
+  return p;
+}
+
+/* Segments are cut from space mapped ahead, a run of them at a time: an mmap takes the address
+ * space's lock for writing, and while one waits for it, every other thread's MADV_POPULATE_WRITE
+ * waits too (giveback at 8 threads: half the time its threads were switched out, queued on that
+ * lock behind an mmap or munmap). The run doubles, to AHEAD_MAX, as the process takes more; space
+ * mapped and never touched costs address space only. Each mapping cut from it is unmapped alone, as
+ * Linux allows. One word: the next mapping's address, and in its low bits how many are left. */
+#define AHEAD_MAX 16u
+static _Atomic(uintptr_t) ahead;
+static _Atomic(size_t) ahead_size; /* of each segment: the first asked for */
+static _Atomic(size_t) ahead_run = 1;
+
+static void *map_from_ahead(size_t size) {
+  uintptr_t word = atomic_load_explicit(&ahead, memory_order_relaxed);
+  while ((word & (size - 1)) != 0)
+    if (atomic_compare_exchange_weak_explicit(&ahead, &word, word + size - 1, memory_order_relaxed,
+                                              memory_order_relaxed))
+      return (void *)(word & ~(uintptr_t)(size - 1));
+  return NULL;
+}
+
+void *os_map_aligned(size_t size, size_t alignment) {
+  uint8_t *p = alignment <= os_page_size() ? map_anonymous(0, size) : map_hinted(size, alignment);
+  if (p != NULL) account_map(size);
+  return p;
+}
+
+void *os_map_segment(size_t size) {
+  size_t first = 0;
+  atomic_compare_exchange_strong_explicit(&ahead_size, &first, size, memory_order_relaxed,
+                                          memory_order_relaxed);
+  if (atomic_load_explicit(&ahead_size, memory_order_relaxed) != size)
+    return os_map_aligned(size, size);
+  void *cut = map_from_ahead(size);
+  if (cut != NULL) return cut;
+  size_t run = atomic_load_explicit(&ahead_run, memory_order_relaxed);
+  uint8_t *p = map_hinted(size * run, size);
+  if (p == NULL && run > 1) p = map_hinted(size * (run = 1), size);
+  if (p == NULL) return NULL;
+  account_map(size * run);
+  if (run > 1) {
+    /* Another thread's run may have come in meanwhile: then ours goes back,
+     * all but the first. */
+    uintptr_t spent = atomic_load_explicit(&ahead, memory_order_relaxed);
+    if ((spent & (size - 1)) != 0 ||
+        !atomic_compare_exchange_strong_explicit(&ahead, &spent, (uintptr_t)(p + size) | (run - 1),
+                                                 memory_order_relaxed, memory_order_relaxed))
+      os_unmap(p + size, size * (run - 1));
+  }
+  if (run < AHEAD_MAX) atomic_store_explicit(&ahead_run, run * 2, memory_order_relaxed);
   return p;
 }
 

@@ -24,8 +24,11 @@ size_t os_page_size(void);
 /* Reserve and commit `size` bytes aligned to `alignment` (a power of two,
  * >= the OS page). Memory reads as zero. NULL with errno ENOMEM on failure. */
 void *os_map_aligned(size_t size, size_t alignment);
-/* A whole mapping, as os_map_aligned or os_remap_aligned returned it (a
- * Windows reservation is released whole). */
+/* One of many mappings of `size` bytes aligned to `size` (a power of two
+ * above the OS page): the core's segments. Unmapped whole, as any mapping. */
+void *os_map_segment(size_t size);
+/* A whole mapping, as os_map_aligned, os_map_segment or os_remap_aligned
+ * returned it (a Windows reservation is released whole). */
 void os_unmap(void *address, size_t size);
 /* Give the pages back but keep the range mapped: it reads as zero after. */
 void os_purge(void *address, size_t size);

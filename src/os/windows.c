@@ -124,6 +124,10 @@ failed:
   return NULL;
 }
 
+void *os_map_segment(size_t size) {
+  return os_map_aligned(size, size);
+}
+
 /* The whole reservation that holds the mapping at `address`. */
 static void release_reservation(void *address) {
   MEMORY_BASIC_INFORMATION region;

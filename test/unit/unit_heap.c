@@ -739,6 +739,38 @@ static void test_trim_put_off_while_drawn(void) {
   shoal_collect(true);
 }
 
+/* ---- segments past the cache are retained, purged, for the next ---- */
+
+/* Segments released past the cache leave the segment map purged and are
+ * handed out again before the OS maps any more; a forced collect unmaps
+ * them. */
+static void test_retired_segments_come_back(void) {
+  enum { PAST = 4, COUNT = ARENA_CACHED_SEGMENTS + PAST };
+  shoal_collect(true); /* the cache and the retained ones gone */
+  static shoal_segment_t *segments[COUNT], *again[COUNT];
+  for (size_t i = 0; i < COUNT; i++) segments[i] = touched_segment();
+  for (size_t i = 0; i < COUNT; i++) arena_segment_release(segments[i]);
+  for (size_t i = 0; i < ARENA_CACHED_SEGMENTS; i++)
+    CHECK(segment_find(segments[i]) == segments[i]);
+  for (size_t i = ARENA_CACHED_SEGMENTS; i < COUNT; i++) CHECK(segment_find(segments[i]) == NULL);
+  size_t reserved = os_reserved_bytes(), committed = os_committed_bytes();
+  for (size_t i = 0; i < COUNT; i++) again[i] = arena_segment_acquire();
+  CHECK(os_reserved_bytes() == reserved);                       /* none mapped anew */
+  CHECK(os_committed_bytes() == committed + PAST * SLICE_SIZE); /* their headers, written again */
+  for (size_t i = ARENA_CACHED_SEGMENTS; i < COUNT; i++) {
+    shoal_segment_t *retired = again[i];
+    bool was_released = false;
+    for (size_t j = ARENA_CACHED_SEGMENTS; j < COUNT; j++) was_released |= retired == segments[j];
+    CHECK(was_released && segment_find(retired) == retired);
+    CHECK(retired->dirty_slices == SLICE_HEADER_BITS);
+    const uint8_t *touched = (const uint8_t *)retired + SLICE_SIZE;
+    for (size_t at = 0; at < 4096; at += 64) CHECK(touched[at] == 0); /* purged */
+  }
+  for (size_t i = 0; i < COUNT; i++) arena_segment_release(again[i]);
+  shoal_collect(true);
+  CHECK(os_reserved_bytes() + COUNT * SEGMENT_SIZE <= reserved); /* all unmapped */
+}
+
 /* ---- a heap costs its thread one page ---- */
 
 #ifdef __linux__
@@ -1023,6 +1055,7 @@ int main(void) {
   test_remote_emptied_retired();
   test_cached_segment_pending();
   test_trim_put_off_while_drawn();
+  test_retired_segments_come_back();
   test_dead_segment_reuse();
   /* A page: blocks are consecutive in one page until it is full. */
   void *first = shoal_malloc(48);
