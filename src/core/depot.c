@@ -1,6 +1,7 @@
 /* depot.c — blocks that a thread freeing for several heaps frees for a
- * class it does not allocate, kept as blocks for whichever thread
- * allocates the class next.
+ * class it does not allocate (or any small class, heap.c's
+ * outbox_to_depot), kept as blocks for whichever thread allocates the
+ * class next.
  *
  * In a producer/consumer program every block is freed by a thread that
  * never allocates its class. Sent home, the blocks empty their producer's

@@ -263,6 +263,73 @@ static void test_depot(void) {
   shoal_option_set(SHOAL_OPTION_PURGE_DELAY, purge_delay_option);
 }
 
+/* ---- a thread that allocates a class and frees others' blocks of it ---- */
+
+/* A small class's chains go to the depot even from a thread that allocates
+ * the class itself (an owner that does not run would keep them from
+ * everyone); a medium class's go home. Two heaps' blocks (this thread's and
+ * a helper's) are freed a chain of each in turn by a third thread that
+ * holds a block of the class: past its remote cache and a window of
+ * chains, the depot holds some, or not. */
+enum { ALLOCATING_BLOCKS = 1024 };
+static void *allocating_blocks[2][ALLOCATING_BLOCKS];
+static size_t allocating_size;
+static pthread_barrier_t allocating_barrier;
+
+static void *allocate_and_wait(void *arg) {
+  (void)arg;
+  for (size_t i = 0; i < ALLOCATING_BLOCKS; i++)
+    allocating_blocks[1][i] = shoal_malloc(allocating_size);
+  pthread_barrier_wait(&allocating_barrier); /* 1: allocated */
+  pthread_barrier_wait(&allocating_barrier); /* 2: freed */
+  return NULL;
+}
+
+static void *free_while_allocating(void *arg) {
+  bool *depot_held = arg;
+  uint8_t size_class = size_class_of(allocating_size);
+  size_t chain = (OUTBOX_BYTES + class_block_size[size_class] - 1) / class_block_size[size_class];
+  pthread_barrier_wait(&allocating_barrier); /* 1 */
+  void *own = shoal_malloc(allocating_size); /* this thread allocates the class */
+  CHECK(own != NULL && thread_heap->queues[size_class].first != NULL);
+  for (size_t done = 0; done + chain <= ALLOCATING_BLOCKS && !*depot_held; done += chain)
+    for (size_t heap = 0; heap < 2; heap++) {
+      for (size_t i = done; i < done + chain; i++) {
+        shoal_free(allocating_blocks[heap][i]);
+        allocating_blocks[heap][i] = NULL;
+      }
+      *depot_held |= depot_may_hold(size_class);
+    }
+  shoal_free(own);
+  pthread_barrier_wait(&allocating_barrier); /* 2 */
+  return NULL;
+}
+
+static bool depot_takes_from_allocating_thread(size_t size) {
+  shoal_collect(true); /* every depot home */
+  allocating_size = size;
+  bool depot_held = false;
+  for (size_t i = 0; i < ALLOCATING_BLOCKS; i++) allocating_blocks[0][i] = shoal_malloc(size);
+  pthread_t helper, freeing;
+  CHECK(pthread_barrier_init(&allocating_barrier, NULL, 2) == 0);
+  CHECK(pthread_create(&helper, NULL, allocate_and_wait, NULL) == 0);
+  CHECK(pthread_create(&freeing, NULL, free_while_allocating, &depot_held) == 0);
+  CHECK(pthread_join(freeing, NULL) == 0 && pthread_join(helper, NULL) == 0);
+  pthread_barrier_destroy(&allocating_barrier);
+  for (size_t heap = 0; heap < 2; heap++)
+    for (size_t i = 0; i < ALLOCATING_BLOCKS; i++) shoal_free(allocating_blocks[heap][i]);
+  shoal_collect(true);
+  return depot_held;
+}
+
+static void test_depot_from_allocating_thread(void) {
+  long purge_delay_option = shoal_option_get(SHOAL_OPTION_PURGE_DELAY);
+  shoal_option_set(SHOAL_OPTION_PURGE_DELAY, 250);  /* the freeing thread's own look counts */
+  CHECK(depot_takes_from_allocating_thread(496));   /* a small class */
+  CHECK(!depot_takes_from_allocating_thread(2800)); /* a medium class */
+  shoal_option_set(SHOAL_OPTION_PURGE_DELAY, purge_delay_option);
+}
+
 /* ---- a medium block freed for another thread serves the freer ---- */
 
 enum { CACHED_SIZE = 3000, CACHED_COUNT = 8 };
@@ -1048,6 +1115,7 @@ int main(void) {
   test_touched_tail_purged();
   test_outbox();
   test_depot();
+  test_depot_from_allocating_thread();
   test_medium_class_cache();
   test_own_medium_cache();
   test_freed_before_fresh();
