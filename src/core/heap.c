@@ -972,7 +972,7 @@ static bool heap_frees_for_many_heaps(shoal_heap_t *heap, shoal_heap_t *owner) {
  * random threads' blocks: peak RSS -22 % at 2 threads, -16 % at 8, at the
  * same time. Not a medium class's, whose chain is a block or two: handed
  * round by the depot, blocks end up owned by every heap, and each thread's
- * own frees turn remote (rptest, 8 threads: +20-35 % time). */
+ * own frees turn remote (rptest, 8 threads: +20-60 % time). */
 static bool outbox_to_depot(shoal_heap_t *heap, const outbox_slot_t *slot) {
   uint8_t size_class = slot->page->shared_class;
   if (heap->outbox_home_only || size_class < DEPOT_FIRST_CLASS || size_class >= CLASS_COUNT ||

@@ -130,8 +130,9 @@ typedef const void *caller_t;
 
 /* The depot (depot.c): the outbox's chains (OUTBOX_BYTES of one page's
  * blocks) of a thread that frees for several heaps blocks of a class it
- * does not allocate (or of any small class), up to DEPOT_MAX_BYTES a class, for any thread that
- * allocates the class, which takes chains up to DEPOT_TAKE_BYTES at once.
+ * does not allocate (or of any small class), up to DEPOT_MAX_BYTES a
+ * class, for any thread that allocates the class, which takes chains up to
+ * DEPOT_TAKE_BYTES at once.
  * A thread's owners are counted over DEPOT_OWNER_WINDOW chains. Classes
  * from DEPOT_FIRST_CLASS: a chain's first block carries its tail, length
  * and the next chain in words 2 and 3. */
