@@ -76,8 +76,9 @@ typedef const void *caller_t;
 #define EXTEND_BYTES           4096       /* carve fresh blocks an OS page at a time */
 #define POPULATE_FROM          (8 * 1024) /* a filling page faults in ahead from here (page.c) */
 #define POPULATE_MIN_COMMITTED ((size_t)32 << 20) /* in a process that holds this much */
-#define HUGE_BLOCK_OFFSET      SLICE_SIZE         /* block of a huge segment starts here */
-#define DIRECT_CLASSES         32                 /* the classes up to DIRECT_MAX */
+#define POPULATE_MIN_PAGES     32          /* and in a heap that holds this many pages (page.c) */
+#define HUGE_BLOCK_OFFSET      SLICE_SIZE  /* block of a huge segment starts here */
+#define DIRECT_CLASSES         32          /* the classes up to DIRECT_MAX */
 #define REMOTE_CACHE_BYTES     (32 * 1024) /* per small class, of other threads' blocks kept */
 #define OUTBOX_SLOT_BITS       6           /* 64 slots: outbox_occupied has a bit per slot */
 #define OUTBOX_SLOTS           (1u << OUTBOX_SLOT_BITS) /* pages other threads own, gathered at once */

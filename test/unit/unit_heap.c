@@ -957,6 +957,10 @@ static void *filling_page_ahead(void *arg) {
   uint8_t *big = shoal_malloc(big_size);
   CHECK(big != NULL && os_committed_bytes() >= POPULATE_MIN_COMMITTED);
   start = fresh_page_carved_to(3 * 4096, &page);
+  CHECK(!page_written(pagemap, start + 3 * 4096)); /* a heap of a few pages: fault by fault */
+  void *page_each[POPULATE_MIN_PAGES];             /* a large block is a page of its own */
+  for (size_t i = 0; i < POPULATE_MIN_PAGES; i++) CHECK((page_each[i] = shoal_malloc(100000)));
+  start = fresh_page_carved_to(3 * 4096, &page);
   CHECK(page->capacity * 64 == 3 * 4096);
   CHECK_CTX(page_written(pagemap, start + 3 * 4096), "the page's fourth OS page is not resident");
   CHECK(!page_written(pagemap, start + 4 * 4096)); /* up to twice POPULATE_FROM, no further */
@@ -979,6 +983,7 @@ static void *filling_page_ahead(void *arg) {
   while ((size_t)page->capacity * 64 < 3 * 4096) carve_one();
   CHECK(page->is_zero && page_written(pagemap, start + 3 * 4096));
   shoal_free(big);
+  for (size_t i = 0; i < POPULATE_MIN_PAGES; i++) shoal_free(page_each[i]);
   while (carved_count > 0) shoal_free(carved_blocks[--carved_count]);
   shoal_collect(true);
   close(pagemap);
