@@ -120,8 +120,9 @@ shoal_segment_t *arena_segment_acquire(void) {
 /* A segment no one takes: out of the segment map, purged whole, header
  * and all (it comes back as one fresh from the OS), and kept mapped for the
  * next segment asked for, up to ARENA_RETAINED_SEGMENTS; or unmapped. An
- * munmap takes the address space's lock for writing, which stops every
- * other thread's page faults and populates, and a purge does not: giveback
+ * munmap takes the address space's lock for writing, which stalls every
+ * other thread's populates (and, on older kernels, its page faults), and a
+ * purge does not: giveback
  * at 8 threads, a GiB freed as the other threads fill theirs, ran 12 %
  * faster so. What stays is address space, and a page table's page for each
  * 2 MiB of it. */
