@@ -3,10 +3,11 @@
  * The mapping starts with a segment header (so a pointer still finds its
  * page by masking) and the block follows at HUGE_BLOCK_OFFSET, or at the
  * requested alignment. Growth uses mremap, which moves page tables instead
- * of bytes, and grows by a quarter at least (huge_realloc). Freed blocks wait in a cache (huge_free
- * says how much it keeps) so a program that frees and re-allocates big buffers does not fault them
- * in again each time; what has waited a second or more is unmapped at a thread's next due purge, or
- * at a collect.
+ * of bytes, and grows by a quarter at least (huge_realloc). Freed blocks
+ * wait in a cache (huge_free says how much it keeps) so a program that
+ * frees and re-allocates big buffers does not fault them in again each
+ * time; what has waited a second or more is unmapped at a thread's next
+ * due purge, or at a collect.
  *
  * Blocks from malloc and realloc ask for transparent huge pages
  * (SHOAL_HUGE_PAGES): a program writing big buffers then takes one fault per

@@ -2,9 +2,9 @@
  * freed huge block is reused from the cache (whole, cut or grown in place of a
  * fresh mapping), mremap growth keeps contents and the segment map follows
  * the block, a block appended to a page at a time grows its mapping by a
- * quarter at least, an alignment beyond the segment size gives an interior pointer
- * that still finds its segment, and an emptied segment comes back from the
- * arena cache. */
+ * quarter at least, an alignment beyond the segment size gives an interior
+ * pointer that still finds its segment, and an emptied segment comes back
+ * from the arena cache. */
 #include "../testhelper.h"
 #include "core/internal.h"
 
