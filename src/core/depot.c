@@ -19,11 +19,20 @@
  * scattered every batch over the whole pool (xmalloc 2:2 four times
  * slower, in cache misses).
  *
- * A class's depot is a stack of chains under a lock held for a few
- * instructions. Nobody waits long for it: a put that finds it busy or full
- * sends its chain home, a take that finds it busy carves. No signal is
- * held off either (lock.c holds them for locks fork takes): a handler
- * that mallocs while its thread holds a depot finds it busy and goes on,
+ * A class's depot is DEPOT_SHARDS stacks, each under a lock held for a
+ * few stores. One stack a class serialised every thread of a batch
+ * producer/consumer program (xmalloc, 8 pairs on 16 cores: a third of
+ * shoal's time waiting on the one lock, and a take walked the heads of
+ * the chains it joined, a miss each, while holding it). A thread puts
+ * into and takes from its own shard first and moves on to the next when
+ * one is busy, so a holder preempted (more threads than cores) stops one
+ * shard, not the class. Chains are joined into groups of up to
+ * DEPOT_TAKE_BYTES as they are put (a chain's tail linked to the group's
+ * head): a take pops a group whole, reading only the group's first block,
+ * which is its own from then on. Nobody waits long: a put that finds
+ * every shard busy or full sends its chain home, a take carves. No signal
+ * is held off either (lock.c holds them for locks fork takes): a handler
+ * that mallocs while its thread holds a shard finds it busy and goes on,
  * and a fork child, where the holder is gone, frees the locks.
  *
  * Blocks in a depot stay counted in their pages (used), which cannot be
@@ -32,35 +41,67 @@
  * (heap.c, heap_depot_check); shoal_collect(true) sends all home. */
 #include "core/internal.h"
 
-typedef struct depot_class_s {
+/* A group's first block (every class with a depot has blocks of 32 bytes
+ * or more): after the link and the key, the group below as a stack word,
+ * and the group's tail. A stack word is a group's first block with its
+ * length in the top bits (blocks lie below 2^48); 0: none. */
+typedef struct group_head_s {
+  shoal_block_t block;
+  uintptr_t below;
+  shoal_block_t *tail;
+} group_head_t;
+#define GROUP_COUNT_SHIFT 48
+
+static inline group_head_t *group_head(shoal_block_t *block) {
+  return (group_head_t *)(void *)block;
+}
+
+static inline shoal_block_t *word_head(uintptr_t word) {
+  return (shoal_block_t *)(word & (((uintptr_t)1 << GROUP_COUNT_SHIFT) - 1));
+}
+
+static inline uint32_t word_count(uintptr_t word) {
+  return (uint32_t)(word >> GROUP_COUNT_SHIFT);
+}
+
+static inline uintptr_t group_word(shoal_block_t *head, uint32_t count) {
+  return (uintptr_t)head | (uintptr_t)count << GROUP_COUNT_SHIFT;
+}
+
+typedef struct depot_shard_s {
   shoal_lock_t lock;
-  _Atomic(size_t) bytes;      /* held (written under the lock): 0, nothing to take */
-  _Atomic(int64_t) active_ms; /* the last take, or the put that found the depot empty */
-  _Atomic(int64_t) wanted_ms; /* the last time a thread looked for a block of the class */
-  /* (lock) The last chain put. Atomic for a fork child only: a release
-   * store publishes a chain's head words before the chain. */
-  _Atomic(shoal_block_t *) top;
+  _Atomic(size_t) bytes; /* held (written under the lock): 0, nothing to take */
+  /* (lock) The top group's word, the only word a put or take publishes
+   * (a release store, after the group's own words): a fork child finds a
+   * whole stack whatever a holder was doing. */
+  _Atomic(uintptr_t) top;
+  /* (lock) Copies of the top group's head words, so that a put joining
+   * it writes only its own blocks; unset after a take (the next put
+   * starts a group rather than read another thread's block). */
+  uintptr_t top_below;
+  shoal_block_t *top_tail;
+  bool top_known;
+} cache_aligned depot_shard_t;
+
+typedef struct depot_class_s {
+  _Atomic(uint32_t) held_shards; /* a bit per shard holding chains */
+  _Atomic(int64_t) active_ms;    /* the last take, or the put that found the depot empty */
+  _Atomic(int64_t) wanted_ms;    /* the last time a thread looked for a block of the class */
+  depot_shard_t shards[DEPOT_SHARDS];
 } cache_aligned depot_class_t;
+
+_Static_assert(DEPOT_SHARDS <= 32, "a bit per shard in held_shards");
+_Static_assert((DEPOT_SHARDS & (DEPOT_SHARDS - 1)) == 0, "shards wrap by a mask");
 
 static depot_class_t depots[CLASS_COUNT];
 
-/* A chain's first block (every class with a depot has blocks of 32 bytes
- * or more): after the link and the key, the chain's tail with its length
- * in the top bits (blocks lie below 2^47), and the next chain down. */
-typedef struct chain_head_s {
-  shoal_block_t block;
-  uintptr_t tail_and_count;
-  shoal_block_t *next_chain;
-} chain_head_t;
-#define CHAIN_COUNT_SHIFT 48
-
-static inline chain_head_t *chain_head(shoal_block_t *block) {
-  return (chain_head_t *)(void *)block;
+static inline void time_note(_Atomic(int64_t) *at, int64_t now) {
+  if (atomic_load_explicit(at, memory_order_relaxed) != now)
+    atomic_store_explicit(at, now, memory_order_relaxed);
 }
 
 void depot_note_wanted(uint8_t size_class, int64_t now) {
-  if (atomic_load_explicit(&depots[size_class].wanted_ms, memory_order_relaxed) != now)
-    atomic_store_explicit(&depots[size_class].wanted_ms, now, memory_order_relaxed);
+  time_note(&depots[size_class].wanted_ms, now);
 }
 
 /* A depot's times count in the option's purge delay, not the paced one
@@ -78,56 +119,137 @@ bool depot_is_wanted(uint8_t size_class, int64_t now) {
 }
 
 bool depot_may_hold(uint8_t size_class) {
-  return atomic_load_explicit(&depots[size_class].bytes, memory_order_relaxed) > 0;
+  return atomic_load_explicit(&depots[size_class].held_shards, memory_order_relaxed) != 0;
 }
 
-bool depot_put(uint8_t size_class, chain_t chain, int64_t now) {
-  depot_class_t *depot = &depots[size_class];
-  size_t chain_bytes = (size_t)chain.count * class_block_size[size_class];
-  if (atomic_load_explicit(&depot->bytes, memory_order_relaxed) + chain_bytes > DEPOT_MAX_BYTES ||
-      !lock_try_acquire_briefly(&depot->lock))
-    return false;
-  size_t bytes = atomic_load_explicit(&depot->bytes, memory_order_relaxed);
-  bool room = bytes + chain_bytes <= DEPOT_MAX_BYTES;
-  if (room) {
-    chain_head(chain.head)->tail_and_count = (uintptr_t)chain.tail | (uintptr_t)chain.count
-                                                                         << CHAIN_COUNT_SHIFT;
-    chain_head(chain.head)->next_chain = atomic_load_explicit(&depot->top, memory_order_relaxed);
-    atomic_store_explicit(&depot->bytes, bytes + chain_bytes, memory_order_relaxed);
-    if (bytes == 0) atomic_store_explicit(&depot->active_ms, now, memory_order_relaxed);
-    atomic_store_explicit(&depot->top, chain.head, memory_order_release);
+/* (shard lock) Its byte count, and its bit in the class's. */
+static void shard_bytes_set(depot_class_t *depot, unsigned shard, size_t bytes) {
+  depot_shard_t *at = &depot->shards[shard];
+  size_t before = atomic_load_explicit(&at->bytes, memory_order_relaxed);
+  atomic_store_explicit(&at->bytes, bytes, memory_order_relaxed);
+  if (before == 0 && bytes != 0)
+    atomic_fetch_or_explicit(&depot->held_shards, 1u << shard, memory_order_relaxed);
+  else if (before != 0 && bytes == 0)
+    atomic_fetch_and_explicit(&depot->held_shards, ~(1u << shard), memory_order_relaxed);
+}
+
+/* Blocks a group holds at most (a single chain may hold more). */
+static inline uint32_t take_blocks(uint8_t size_class) {
+  return (uint32_t)(DEPOT_TAKE_BYTES / class_block_size[size_class]);
+}
+
+/* (shard lock) The chain on top: into the top group while that stays
+ * within a take, else as a group of its own. */
+static void shard_push(depot_shard_t *shard, chain_t chain, uint32_t group_blocks) {
+  uintptr_t top = atomic_load_explicit(&shard->top, memory_order_relaxed);
+  group_head_t *head = group_head(chain.head);
+  if (top != 0 && shard->top_known && word_count(top) + chain.count <= group_blocks) {
+    chain.tail->next = word_head(top);
+    head->below = shard->top_below;
+    head->tail = shard->top_tail;
+    chain.count += word_count(top);
+  } else {
+    chain.tail->next = NULL;
+    head->below = top;
+    head->tail = chain.tail;
+    shard->top_below = top;
+    shard->top_tail = chain.tail;
+    shard->top_known = true;
   }
-  lock_release_plain(&depot->lock);
+  atomic_store_explicit(&shard->top, group_word(chain.head, chain.count), memory_order_release);
+}
+
+/* (shard lock) The top group, and the one below if the top is less than
+ * half a take (a group a take left unfilled): their first blocks are the
+ * taker's. */
+static chain_t shard_pop(depot_shard_t *shard, uint32_t group_blocks) {
+  uintptr_t top = atomic_load_explicit(&shard->top, memory_order_relaxed);
+  chain_t taken = {word_head(top), group_head(word_head(top))->tail, word_count(top)};
+  uintptr_t below = group_head(taken.head)->below;
+  if (below != 0 && taken.count < group_blocks / 2) {
+    taken.tail->next = word_head(below);
+    taken.tail = group_head(word_head(below))->tail;
+    taken.count += word_count(below);
+    below = group_head(word_head(below))->below;
+  }
+  atomic_store_explicit(&shard->top, below, memory_order_relaxed);
+  shard->top_known = false;
+  return taken;
+}
+
+/* (shard lock, released here) The chain in, if the shard still has room. */
+static bool shard_put_locked(depot_class_t *depot, unsigned index, chain_t chain,
+                             size_t chain_bytes, uint32_t group_blocks, int64_t now) {
+  depot_shard_t *shard = &depot->shards[index];
+  size_t bytes = atomic_load_explicit(&shard->bytes, memory_order_relaxed);
+  bool room = bytes + chain_bytes <= DEPOT_SHARD_MAX_BYTES;
+  if (room) {
+    if (atomic_load_explicit(&depot->held_shards, memory_order_relaxed) == 0)
+      atomic_store_explicit(&depot->active_ms, now, memory_order_relaxed);
+    shard_push(shard, chain, group_blocks);
+    shard_bytes_set(depot, index, bytes + chain_bytes);
+  }
+  lock_release_plain(&shard->lock);
   return room;
 }
 
-chain_t depot_take(uint8_t size_class, int64_t now) {
+bool depot_put(uint8_t size_class, chain_t chain, int64_t now, unsigned home) {
+  depot_class_t *depot = &depots[size_class];
+  size_t chain_bytes = (size_t)chain.count * class_block_size[size_class];
+  uint32_t group_blocks = take_blocks(size_class);
+  int busy = -1; /* the first shard with room that was busy */
+  for (unsigned i = 0; i < DEPOT_SHARDS; i++) {
+    unsigned index = (home + i) & (DEPOT_SHARDS - 1);
+    depot_shard_t *shard = &depot->shards[index];
+    if (atomic_load_explicit(&shard->bytes, memory_order_relaxed) + chain_bytes >
+        DEPOT_SHARD_MAX_BYTES)
+      continue;
+    if (lock_try_acquire_plain(&shard->lock))
+      return shard_put_locked(depot, index, chain, chain_bytes, group_blocks, now);
+    if (busy < 0) busy = (int)index;
+  }
+  if (busy >= 0 && lock_try_acquire_briefly(&depot->shards[busy].lock))
+    return shard_put_locked(depot, (unsigned)busy, chain, chain_bytes, group_blocks, now);
+  return false;
+}
+
+/* (shard lock, released here) Its top group or two, if it still holds one. */
+static chain_t shard_take_locked(depot_class_t *depot, unsigned index, uint8_t size_class,
+                                 int64_t now) {
+  depot_shard_t *shard = &depot->shards[index];
+  chain_t taken = {NULL, NULL, 0};
+  if (atomic_load_explicit(&shard->top, memory_order_relaxed) != 0) {
+    taken = shard_pop(shard, take_blocks(size_class));
+    shard_bytes_set(depot, index,
+                    atomic_load_explicit(&shard->bytes, memory_order_relaxed) -
+                        (size_t)taken.count * class_block_size[size_class]);
+    if (now != 0) time_note(&depot->active_ms, now);
+  }
+  lock_release_plain(&shard->lock);
+  return taken;
+}
+
+chain_t depot_take(uint8_t size_class, int64_t now, unsigned home) {
   depot_class_t *depot = &depots[size_class];
   chain_t taken = {NULL, NULL, 0};
-  if (!depot_may_hold(size_class) || !lock_try_acquire_briefly(&depot->lock)) return taken;
-  size_t block_size = class_block_size[size_class];
-  shoal_block_t *head = atomic_load_explicit(&depot->top, memory_order_relaxed);
-  while (head != NULL && (size_t)taken.count * block_size < DEPOT_TAKE_BYTES) {
-    uintptr_t word = chain_head(head)->tail_and_count;
-    shoal_block_t *next_chain = chain_head(head)->next_chain;
-    if (taken.head == NULL)
-      taken.head = head;
-    else
-      taken.tail->next = head;
-    taken.tail = (shoal_block_t *)(word & (((uintptr_t)1 << CHAIN_COUNT_SHIFT) - 1));
-    taken.count += (uint32_t)(word >> CHAIN_COUNT_SHIFT);
-    head = next_chain;
+  uint32_t held = atomic_load_explicit(&depot->held_shards, memory_order_relaxed);
+  if (held == 0) return taken;
+  home &= DEPOT_SHARDS - 1;
+  /* The shards that hold chains from home on, wrapping: home rotated to bit 0. */
+  uint32_t from_home =
+      ((held >> home) | (held << (DEPOT_SHARDS - home))) & ((1u << DEPOT_SHARDS) - 1u);
+  int busy = -1; /* the first of them that was busy */
+  for (; from_home != 0; from_home &= from_home - 1) {
+    unsigned index = (home + (unsigned)__builtin_ctz(from_home)) & (DEPOT_SHARDS - 1);
+    if (lock_try_acquire_plain(&depot->shards[index].lock)) {
+      taken = shard_take_locked(depot, index, size_class, now);
+      if (taken.head != NULL) return taken;
+    } else if (busy < 0) {
+      busy = (int)index;
+    }
   }
-  if (taken.head != NULL) {
-    taken.tail->next = NULL;
-    atomic_store_explicit(&depot->top, head, memory_order_relaxed);
-    atomic_store_explicit(&depot->bytes,
-                          atomic_load_explicit(&depot->bytes, memory_order_relaxed) -
-                              (size_t)taken.count * block_size,
-                          memory_order_relaxed);
-    if (now != 0) atomic_store_explicit(&depot->active_ms, now, memory_order_relaxed);
-  }
-  lock_release_plain(&depot->lock);
+  if (busy >= 0 && lock_try_acquire_briefly(&depot->shards[busy].lock))
+    taken = shard_take_locked(depot, (unsigned)busy, size_class, now);
   return taken;
 }
 
@@ -137,18 +259,23 @@ int64_t depot_stale_at(uint8_t size_class) {
          DEPOT_STALE_DELAYS * depot_delay();
 }
 
-/* The stack is whole in the child whatever a put or take was doing (one
- * store to `top` adds or removes chains); its byte count may not be: count
- * it again. */
+/* The stacks are whole in the child whatever a put or take was doing (one
+ * store to `top` adds or removes chains); the counts and copies may not
+ * be: made again from the stacks. */
 void depot_fork_child(void) {
   for (uint8_t size_class = 0; size_class < CLASS_COUNT; size_class++) {
     depot_class_t *depot = &depots[size_class];
-    lock_reset(&depot->lock);
-    size_t blocks = 0;
-    for (shoal_block_t *head = atomic_load_explicit(&depot->top, memory_order_relaxed);
-         head != NULL; head = chain_head(head)->next_chain)
-      blocks += chain_head(head)->tail_and_count >> CHAIN_COUNT_SHIFT;
-    atomic_store_explicit(&depot->bytes, blocks * class_block_size[size_class],
-                          memory_order_relaxed);
+    atomic_store_explicit(&depot->held_shards, 0, memory_order_relaxed);
+    for (unsigned index = 0; index < DEPOT_SHARDS; index++) {
+      depot_shard_t *shard = &depot->shards[index];
+      lock_reset(&shard->lock);
+      shard->top_known = false;
+      size_t blocks = 0;
+      for (uintptr_t word = atomic_load_explicit(&shard->top, memory_order_relaxed); word != 0;
+           word = group_head(word_head(word))->below)
+        blocks += word_count(word);
+      atomic_store_explicit(&shard->bytes, 0, memory_order_relaxed);
+      shard_bytes_set(depot, index, blocks * class_block_size[size_class]);
+    }
   }
 }

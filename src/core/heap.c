@@ -827,6 +827,13 @@ static shoal_page_t *heap_lender_page(shoal_heap_t *heap, uint8_t size_class) {
   return NULL;
 }
 
+/* The depot shard a heap puts into and takes from first: heaps spread
+ * over them by address (heaps lie a few pages apart). */
+static unsigned heap_depot_home(const shoal_heap_t *heap) {
+  uint64_t spread = ((uintptr_t)heap >> 12) * 0x9E3779B97F4A7C15u;
+  return (unsigned)(spread >> 32) & (DEPOT_SHARDS - 1);
+}
+
 /* First of all, before the heap's own pages, chains of the class that
  * other threads freed (depot.c), as the class cache's blocks, which the
  * class's cache is empty for (heap_find_page reset it). First:
@@ -838,7 +845,7 @@ static shoal_page_t *heap_depot_take(shoal_heap_t *heap, uint8_t size_class) {
   if (size_class < DEPOT_FIRST_CLASS) return NULL;
   int64_t now = os_now_ms();
   depot_note_wanted(size_class, now);
-  chain_t chain = depot_take(size_class, now);
+  chain_t chain = depot_take(size_class, now, heap_depot_home(heap));
   if (chain.head == NULL) return NULL;
   shoal_page_t *cache = &heap->class_cache[size_class];
   cache->free = chain.head;
@@ -989,7 +996,7 @@ static bool outbox_to_depot(shoal_heap_t *heap, const outbox_slot_t *slot) {
     return false;
   }
   if (!depot_is_wanted(size_class, now)) return false;
-  if (!depot_put(size_class, slot->chain, now)) return false;
+  if (!depot_put(size_class, slot->chain, now, heap_depot_home(heap))) return false;
   int64_t check_at = depot_stale_at(size_class);
   if (check_at != 0) depot_check_note(check_at);
   return true;
@@ -1055,7 +1062,7 @@ static void heap_depot_drain(shoal_heap_t *heap, bool stale_only, int64_t now) {
       depot_check_note(stale_at);
       continue;
     }
-    for (chain_t chain; (chain = depot_take(size_class, 0)).head != NULL;)
+    for (chain_t chain; (chain = depot_take(size_class, 0, 0)).head != NULL;)
       blocks_send_home(heap, chain.head);
   }
   heap_outbox_flush(heap);

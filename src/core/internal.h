@@ -137,9 +137,13 @@ typedef const void *caller_t;
  * A thread's owners are counted over DEPOT_OWNER_WINDOW chains. Classes
  * from DEPOT_FIRST_CLASS: a chain's first block carries its tail, length
  * and the next chain in words 2 and 3. */
-#define DEPOT_TAKE_BYTES   (16 * 1024)
-#define DEPOT_MAX_BYTES    ((size_t)32 << 20)
-#define DEPOT_OWNER_WINDOW 64
+#define DEPOT_TAKE_BYTES (16 * 1024)
+#define DEPOT_MAX_BYTES  ((size_t)32 << 20)
+/* Stacks a class's depot keeps, each under its own lock, and what each may
+ * hold: a thread puts and takes at its own first (heap_depot_home). */
+#define DEPOT_SHARDS          8
+#define DEPOT_SHARD_MAX_BYTES (DEPOT_MAX_BYTES / DEPOT_SHARDS)
+#define DEPOT_OWNER_WINDOW    64
 /* Purge delays (the option's) a class's depot may go untaken before its
  * chains go home. One: producers that all wait on a full queue for 10 ms
  * (2 cores, 16 threads) saw their depot drained to their own pools
@@ -678,13 +682,15 @@ bool depot_may_hold(uint8_t size_class); /* a chain may be there to take */
  * one did within a purge delay: else a chain would wait for nobody. */
 void depot_note_wanted(uint8_t size_class, int64_t now);
 bool depot_is_wanted(uint8_t size_class, int64_t now);
-/* Keep a chain of free blocks of the class; false when the depot is full
- * or busy (the chain stays the caller's). */
-bool depot_put(uint8_t size_class, chain_t chain, int64_t now);
+/* Keep a chain of free blocks of the class, in shard `home` (modulo
+ * DEPOT_SHARDS) or the next one free; false when the depot is full or
+ * busy (the chain stays the caller's). */
+bool depot_put(uint8_t size_class, chain_t chain, int64_t now, unsigned home);
 /* Chains of the class joined into one of up to DEPOT_TAKE_BYTES (more if
- * a single chain is), or an empty chain. `now` marks the class in use (0:
- * a drain, which does not). */
-chain_t depot_take(uint8_t size_class, int64_t now);
+ * a single chain is, and up to half as much again), from shard `home` or
+ * the next that holds some, or an empty chain. `now` marks the class in
+ * use (0: a drain, which does not). */
+chain_t depot_take(uint8_t size_class, int64_t now, unsigned home);
 /* When the class's chains go home if nobody takes one before; 0: none. */
 int64_t depot_stale_at(uint8_t size_class);
 void depot_fork_child(void); /* a thread that held a depot is gone */
