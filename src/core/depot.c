@@ -87,13 +87,15 @@ typedef struct depot_class_s {
   _Atomic(uint32_t) held_shards; /* a bit per shard holding chains */
   _Atomic(int64_t) active_ms;    /* the last take, or the put that found the depot empty */
   _Atomic(int64_t) wanted_ms;    /* the last time a thread looked for a block of the class */
-  depot_shard_t shards[DEPOT_SHARDS];
 } cache_aligned depot_class_t;
 
 _Static_assert(DEPOT_SHARDS <= 32, "a bit per shard in held_shards");
 _Static_assert((DEPOT_SHARDS & (DEPOT_SHARDS - 1)) == 0, "shards wrap by a mask");
 
+/* Apart: every slow path of a class writes its wanted_ms, shards are
+ * written only in programs whose threads free each other's blocks. */
 static depot_class_t depots[CLASS_COUNT];
+static depot_shard_t depot_shards[CLASS_COUNT][DEPOT_SHARDS];
 
 static inline void time_note(_Atomic(int64_t) *at, int64_t now) {
   if (atomic_load_explicit(at, memory_order_relaxed) != now)
@@ -123,8 +125,7 @@ bool depot_may_hold(uint8_t size_class) {
 }
 
 /* (shard lock) Its byte count, and its bit in the class's. */
-static void shard_bytes_set(depot_class_t *depot, unsigned shard, size_t bytes) {
-  depot_shard_t *at = &depot->shards[shard];
+static void shard_bytes_set(depot_class_t *depot, depot_shard_t *at, unsigned shard, size_t bytes) {
   size_t before = atomic_load_explicit(&at->bytes, memory_order_relaxed);
   atomic_store_explicit(&at->bytes, bytes, memory_order_relaxed);
   if (before == 0 && bytes != 0)
@@ -178,49 +179,48 @@ static chain_t shard_pop(depot_shard_t *shard, uint32_t group_blocks) {
 }
 
 /* (shard lock, released here) The chain in, if the shard still has room. */
-static bool shard_put_locked(depot_class_t *depot, unsigned index, chain_t chain,
-                             size_t chain_bytes, uint32_t group_blocks, int64_t now) {
-  depot_shard_t *shard = &depot->shards[index];
+static bool shard_put_locked(uint8_t size_class, unsigned index, chain_t chain, int64_t now) {
+  depot_class_t *depot = &depots[size_class];
+  depot_shard_t *shard = &depot_shards[size_class][index];
   size_t bytes = atomic_load_explicit(&shard->bytes, memory_order_relaxed);
+  size_t chain_bytes = (size_t)chain.count * class_block_size[size_class];
   bool room = bytes + chain_bytes <= DEPOT_SHARD_MAX_BYTES;
   if (room) {
     if (atomic_load_explicit(&depot->held_shards, memory_order_relaxed) == 0)
       atomic_store_explicit(&depot->active_ms, now, memory_order_relaxed);
-    shard_push(shard, chain, group_blocks);
-    shard_bytes_set(depot, index, bytes + chain_bytes);
+    shard_push(shard, chain, take_blocks(size_class));
+    shard_bytes_set(depot, shard, index, bytes + chain_bytes);
   }
   lock_release_plain(&shard->lock);
   return room;
 }
 
 bool depot_put(uint8_t size_class, chain_t chain, int64_t now, unsigned home) {
-  depot_class_t *depot = &depots[size_class];
+  depot_shard_t *shards = depot_shards[size_class];
   size_t chain_bytes = (size_t)chain.count * class_block_size[size_class];
-  uint32_t group_blocks = take_blocks(size_class);
   int busy = -1; /* the first shard with room that was busy */
   for (unsigned i = 0; i < DEPOT_SHARDS; i++) {
     unsigned index = (home + i) & (DEPOT_SHARDS - 1);
-    depot_shard_t *shard = &depot->shards[index];
-    if (atomic_load_explicit(&shard->bytes, memory_order_relaxed) + chain_bytes >
+    if (atomic_load_explicit(&shards[index].bytes, memory_order_relaxed) + chain_bytes >
         DEPOT_SHARD_MAX_BYTES)
       continue;
-    if (lock_try_acquire_plain(&shard->lock))
-      return shard_put_locked(depot, index, chain, chain_bytes, group_blocks, now);
+    if (lock_try_acquire_plain(&shards[index].lock))
+      return shard_put_locked(size_class, index, chain, now);
     if (busy < 0) busy = (int)index;
   }
-  if (busy >= 0 && lock_try_acquire_briefly(&depot->shards[busy].lock))
-    return shard_put_locked(depot, (unsigned)busy, chain, chain_bytes, group_blocks, now);
+  if (busy >= 0 && lock_try_acquire_briefly(&shards[busy].lock))
+    return shard_put_locked(size_class, (unsigned)busy, chain, now);
   return false;
 }
 
 /* (shard lock, released here) Its top group or two, if it still holds one. */
-static chain_t shard_take_locked(depot_class_t *depot, unsigned index, uint8_t size_class,
-                                 int64_t now) {
-  depot_shard_t *shard = &depot->shards[index];
+static chain_t shard_take_locked(uint8_t size_class, unsigned index, int64_t now) {
+  depot_class_t *depot = &depots[size_class];
+  depot_shard_t *shard = &depot_shards[size_class][index];
   chain_t taken = {NULL, NULL, 0};
   if (atomic_load_explicit(&shard->top, memory_order_relaxed) != 0) {
     taken = shard_pop(shard, take_blocks(size_class));
-    shard_bytes_set(depot, index,
+    shard_bytes_set(depot, shard, index,
                     atomic_load_explicit(&shard->bytes, memory_order_relaxed) -
                         (size_t)taken.count * class_block_size[size_class]);
     if (now != 0) time_note(&depot->active_ms, now);
@@ -230,9 +230,9 @@ static chain_t shard_take_locked(depot_class_t *depot, unsigned index, uint8_t s
 }
 
 chain_t depot_take(uint8_t size_class, int64_t now, unsigned home) {
-  depot_class_t *depot = &depots[size_class];
+  depot_shard_t *shards = depot_shards[size_class];
   chain_t taken = {NULL, NULL, 0};
-  uint32_t held = atomic_load_explicit(&depot->held_shards, memory_order_relaxed);
+  uint32_t held = atomic_load_explicit(&depots[size_class].held_shards, memory_order_relaxed);
   if (held == 0) return taken;
   home &= DEPOT_SHARDS - 1;
   /* The shards that hold chains from home on, wrapping: home rotated to bit 0. */
@@ -241,15 +241,15 @@ chain_t depot_take(uint8_t size_class, int64_t now, unsigned home) {
   int busy = -1; /* the first of them that was busy */
   for (; from_home != 0; from_home &= from_home - 1) {
     unsigned index = (home + (unsigned)__builtin_ctz(from_home)) & (DEPOT_SHARDS - 1);
-    if (lock_try_acquire_plain(&depot->shards[index].lock)) {
-      taken = shard_take_locked(depot, index, size_class, now);
+    if (lock_try_acquire_plain(&shards[index].lock)) {
+      taken = shard_take_locked(size_class, index, now);
       if (taken.head != NULL) return taken;
     } else if (busy < 0) {
       busy = (int)index;
     }
   }
-  if (busy >= 0 && lock_try_acquire_briefly(&depot->shards[busy].lock))
-    taken = shard_take_locked(depot, (unsigned)busy, size_class, now);
+  if (busy >= 0 && lock_try_acquire_briefly(&shards[busy].lock))
+    taken = shard_take_locked(size_class, (unsigned)busy, now);
   return taken;
 }
 
@@ -267,7 +267,7 @@ void depot_fork_child(void) {
     depot_class_t *depot = &depots[size_class];
     atomic_store_explicit(&depot->held_shards, 0, memory_order_relaxed);
     for (unsigned index = 0; index < DEPOT_SHARDS; index++) {
-      depot_shard_t *shard = &depot->shards[index];
+      depot_shard_t *shard = &depot_shards[size_class][index];
       lock_reset(&shard->lock);
       shard->top_known = false;
       size_t blocks = 0;
@@ -275,7 +275,7 @@ void depot_fork_child(void) {
            word = group_head(word_head(word))->below)
         blocks += word_count(word);
       atomic_store_explicit(&shard->bytes, 0, memory_order_relaxed);
-      shard_bytes_set(depot, index, blocks * class_block_size[size_class]);
+      shard_bytes_set(depot, shard, index, blocks * class_block_size[size_class]);
     }
   }
 }
