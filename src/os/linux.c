@@ -8,8 +8,10 @@
 #include "os/accounting.h"
 
 #include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <string.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -19,13 +21,66 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/resource.h>
+#include <sys/auxv.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
 
-void os_init(void) {}
+/* The clock, read through the kernel's vDSO directly. The C library's
+ * clock_gettime does the same through a wrapper that lies far from the
+ * code every program touches: calling it faulted 64 KiB of the C
+ * library's text into the process (the kernel maps the pages around a
+ * fault), 3 % of a small program's peak RSS. NULL: the library's. */
+typedef int (*vdso_clock_gettime_t)(clockid_t clock, struct timespec *t);
+static vdso_clock_gettime_t vdso_clock_gettime;
+
+static bool names_equal(const char *a, const char *b) {
+  while (*a != '\0' && *a == *b) a++, b++;
+  return *a == *b;
+}
+
+/* By the vDSO's ELF dynamic symbols (it has the classic hash table, whose
+ * second word counts them). */
+void *os_vdso_function(const char *name) {
+  uintptr_t base = (uintptr_t)getauxval(AT_SYSINFO_EHDR);
+  if (base == 0) return NULL;
+  const ElfW(Ehdr) *header = (const ElfW(Ehdr) *)base;
+  const ElfW(Phdr) *segments = (const ElfW(Phdr) *)(base + header->e_phoff);
+  uintptr_t bias = 0;
+  const ElfW(Dyn) *dynamic = NULL;
+  bool loaded = false;
+  for (size_t i = 0; i < header->e_phnum; i++) {
+    if (segments[i].p_type == PT_LOAD && !loaded) {
+      bias = base + segments[i].p_offset - segments[i].p_vaddr;
+      loaded = true;
+    } else if (segments[i].p_type == PT_DYNAMIC) {
+      dynamic = (const ElfW(Dyn) *)(base + segments[i].p_offset);
+    }
+  }
+  if (!loaded || dynamic == NULL) return NULL;
+  const ElfW(Sym) *symbols = NULL;
+  const char *strings = NULL;
+  const Elf32_Word *hash = NULL;
+  for (; dynamic->d_tag != DT_NULL; dynamic++) {
+    if (dynamic->d_tag == DT_SYMTAB) symbols = (const ElfW(Sym) *)(bias + dynamic->d_un.d_ptr);
+    if (dynamic->d_tag == DT_STRTAB) strings = (const char *)(bias + dynamic->d_un.d_ptr);
+    if (dynamic->d_tag == DT_HASH) hash = (const Elf32_Word *)(bias + dynamic->d_un.d_ptr);
+  }
+  if (symbols == NULL || strings == NULL || hash == NULL) return NULL;
+  for (Elf32_Word i = 0; i < hash[1]; i++) {
+    const ElfW(Sym) *symbol = &symbols[i];
+    if (ELF64_ST_TYPE(symbol->st_info) == STT_FUNC && symbol->st_shndx != SHN_UNDEF &&
+        names_equal(strings + symbol->st_name, name))
+      return (void *)(bias + symbol->st_value);
+  }
+  return NULL;
+}
+
+void os_init(void) {
+  vdso_clock_gettime = (vdso_clock_gettime_t)os_vdso_function("__vdso_clock_gettime");
+}
 
 size_t os_page_size(void) {
   return 4096;
@@ -268,7 +323,10 @@ bool os_catch_faults(void (*handler)(const void *address, const char *access,
 
 int64_t os_now_ms(void) {
   struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+  if (vdso_clock_gettime != NULL)
+    vdso_clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+  else
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
   return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 

@@ -61,6 +61,11 @@ bool os_protect(void *address, size_t size, bool accessible);
 bool os_catch_faults(void (*handler)(const void *address, const char *access,
                                      const void *instruction));
 int64_t os_now_ms(void);
+#ifdef __linux__
+/* A function the kernel's vDSO exports (os_now_ms reads the clock through
+ * it), or NULL: none by that name, or no vDSO (as under valgrind). */
+void *os_vdso_function(const char *name);
+#endif
 /* What the calling thread has had of the machine so far: its CPU time, the
  * times it was preempted (it waited for a core) and the times it blocked or
  * slept. Where the OS does not tell, all zero. A system call. */

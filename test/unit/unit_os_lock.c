@@ -1,13 +1,43 @@
 /* os and lock layers: aligned mappings, purge gives zero pages back, remap
- * keeps contents, alignment and the place within a huge page; the lock excludes and wakes sleepers.
- */
+ * keeps contents, alignment and the place within a huge page; the clock,
+ * read through the vDSO where there is one, agrees with the C library's;
+ * the lock excludes and wakes sleepers. */
 #include "../testhelper.h"
 #include "core/internal.h"
 
 #include <pthread.h>
+#ifdef __linux__
+#include <sys/auxv.h>
+#include <time.h>
+#endif
 
 static shoal_lock_t lock = SHOAL_LOCK_INIT;
 static long counter;
+
+#ifdef __linux__
+static int64_t library_now_ms(void) {
+  struct timespec t;
+  CHECK(clock_gettime(CLOCK_MONOTONIC_COARSE, &t) == 0);
+  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static void test_clock(void) {
+  typedef int (*clock_function_t)(clockid_t clock, struct timespec * t);
+  clock_function_t direct = (clock_function_t)os_vdso_function("__vdso_clock_gettime");
+  CHECK(os_vdso_function("__vdso_no_such_function") == NULL);
+  CHECK((direct != NULL) == (getauxval(AT_SYSINFO_EHDR) != 0));
+  if (direct != NULL) {
+    struct timespec t;
+    int64_t before = library_now_ms();
+    CHECK(direct(CLOCK_MONOTONIC_COARSE, &t) == 0);
+    int64_t at = (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+    CHECK(at >= before && at <= library_now_ms());
+  }
+  os_init();
+  int64_t before = library_now_ms(), now = os_now_ms();
+  CHECK(now >= before && now <= library_now_ms());
+}
+#endif
 
 static void *contend(void *arg) {
   long rounds = (long)(intptr_t)arg;
@@ -55,6 +85,9 @@ int main(void) {
   os_unmap(q, 3 * huge);
   os_unmap(p + huge, 4 * huge - huge / 2 - huge);
   CHECK(os_now_ms() > 0);
+#ifdef __linux__
+  test_clock();
+#endif
   CHECK(os_random_key() != 0);
 
   enum { THREADS = 8 };
