@@ -444,7 +444,13 @@ typedef struct shoal_heap_s {
   _Atomic(int64_t) purge_at_ms; /* (owner, read by a free) when to purge them; 0: nothing pending */
   int64_t purge_latest_ms;      /* (owner) frees push purge_at_ms back no later than this */
   int64_t page_freed_ms;        /* (owner) when the heap last gave a page back */
-  os_thread_usage_t purge_usage;        /* (owner) the owner's at the last due purge */
+  os_thread_usage_t purge_usage;     /* (owner) the owner's at the last due purge */
+  os_thread_usage_t usage_at_return; /* (owner) the owner's when it last found itself served */
+  /* (owner, read by servers) When the owner last came back to a heap
+   * served while it was away, and whether it had only waited for a core
+   * meanwhile (preempted, never blocked): heap_owner_waits_for_core. */
+  _Atomic(int64_t) owner_back_ms;
+  _Atomic(bool) owner_was_preempted;
   int64_t abandoned_ms;                 /* (servicer) when its thread exited */
   struct shoal_heap_s *next_registered; /* (arena) every heap */
   struct shoal_heap_s *next_abandoned;  /* (arena) heaps waiting for adoption */

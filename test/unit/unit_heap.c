@@ -17,7 +17,9 @@
  * back at a collect what it has not carved, and takes the slices its own
  * class gave back before others; a thread that frees only its own blocks
  * touches one page of its heap; a page that fills in a big process faults in
- * ahead of its carving. */
+ * ahead of its carving; a heap whose owner only waits for a core is served
+ * but not purged by the threads that free its blocks, one whose owner sleeps
+ * is. */
 #include "../testhelper.h"
 #include "core/internal.h"
 
@@ -25,6 +27,8 @@
 #include <string.h>
 #ifdef __linux__
 #include <fcntl.h>
+#include <sched.h>
+#include <time.h>
 #include <unistd.h>
 #endif
 
@@ -692,6 +696,95 @@ static void *live_on(void *arg) {
   return NULL;
 }
 
+#ifdef __linux__
+/* ---- an owner that only waits for a core keeps its free slices ---- */
+
+/* Main and the owner share one core. The owner allocates AWAY_PAGES
+ * pages' worth of blocks and, while main frees them, waits: either
+ * runnable (sched_yield: it only waits for the core) or asleep. Main's
+ * frees notify its parked pages, and past 2 MiB of them main serves its
+ * heap. The owner comes back once, in the middle (a malloc's slow path
+ * notes how it was away), and waits again; serves of the second half then
+ * purge the heap only if it slept. */
+#define AWAY_BLOCK 256
+#define AWAY_PAGES 640
+static _Atomic(int) away_step;
+static void **away_blocks;
+static size_t away_count;
+
+static void pin_to_one_core(void) {
+  cpu_set_t allowed, one;
+  CHECK(sched_getaffinity(0, sizeof allowed, &allowed) == 0);
+  CPU_ZERO(&one);
+  for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+    if (CPU_ISSET(cpu, &allowed)) {
+      CPU_SET(cpu, &one);
+      break;
+    }
+  CHECK(sched_setaffinity(0, sizeof one, &one) == 0);
+}
+
+static void away_until(int step, bool asleep) {
+  while (atomic_load(&away_step) < step) {
+    if (asleep) {
+      struct timespec pause = {0, 200 * 1000};
+      nanosleep(&pause, NULL);
+    } else {
+      sched_yield();
+    }
+  }
+}
+
+static void *owner_away(void *arg) {
+  bool asleep = arg != NULL;
+  pin_to_one_core();
+  for (size_t i = 0; i < away_count; i++) away_blocks[i] = shoal_malloc(AWAY_BLOCK);
+  atomic_store(&away_step, 1); /* handed over */
+  away_until(2, asleep);
+  shoal_free(shoal_malloc(3000)); /* back: a class it never used, a slow path */
+  CHECK(atomic_load(&thread_heap->owner_was_preempted) == !asleep);
+  atomic_store(&away_step, 3);
+  away_until(4, asleep);
+  return NULL;
+}
+
+static size_t owner_away_purges(bool asleep) {
+  long purge_delay_option = shoal_option_get(SHOAL_OPTION_PURGE_DELAY);
+  shoal_option_set(SHOAL_OPTION_PURGE_DELAY, 2000); /* the first serve's due purge: far */
+  atomic_store(&away_step, 0);
+  pthread_t owner;
+  CHECK(pthread_create(&owner, NULL, owner_away, asleep ? &away_step : NULL) == 0);
+  away_until(1, false);
+  size_t half = away_count / 2;
+  for (size_t i = 0; i < half; i++) shoal_free(away_blocks[i]);
+  heap_outbox_flush(thread_heap);
+  atomic_store(&away_step, 2);
+  away_until(3, false);
+  size_t purges_before = shoal_stats().purges;
+  for (size_t i = half; i < away_count; i++) shoal_free(away_blocks[i]);
+  heap_outbox_flush(thread_heap);
+  size_t purges = shoal_stats().purges - purges_before;
+  atomic_store(&away_step, 4);
+  CHECK(pthread_join(owner, NULL) == 0);
+  shoal_option_set(SHOAL_OPTION_PURGE_DELAY, purge_delay_option);
+  return purges;
+}
+
+static void test_owner_waiting_for_core(void) {
+  cpu_set_t before;
+  CHECK(sched_getaffinity(0, sizeof before, &before) == 0);
+  pin_to_one_core();
+  away_count = AWAY_PAGES * (SLICE_SIZE / AWAY_BLOCK);
+  away_blocks = malloc(away_count * sizeof *away_blocks);
+  CHECK(away_blocks != NULL);
+  CHECK(owner_away_purges(false) == 0);
+  CHECK(owner_away_purges(true) > 0);
+  free(away_blocks);
+  shoal_collect(true);
+  CHECK(sched_setaffinity(0, sizeof before, &before) == 0);
+}
+#endif
+
 static void test_dead_segment_reuse(void) {
   CHECK(pthread_barrier_init(&reuse_barrier, NULL, 2) == 0);
   pthread_t live, dying;
@@ -1130,6 +1223,9 @@ int main(void) {
   test_trim_put_off_while_drawn();
   test_retired_segments_come_back();
   test_dead_segment_reuse();
+#ifdef __linux__
+  test_owner_waiting_for_core();
+#endif
   /* A page: blocks are consecutive in one page until it is full. */
   void *first = shoal_malloc(48);
   shoal_segment_t *segment = segment_of(first);
