@@ -135,8 +135,8 @@ typedef const void *caller_t;
  * class, for any thread that allocates the class, which takes chains up to
  * DEPOT_TAKE_BYTES at once.
  * A thread's owners are counted over DEPOT_OWNER_WINDOW chains. Classes
- * from DEPOT_FIRST_CLASS: a chain's first block carries its tail, length
- * and the next chain in words 2 and 3. */
+ * from DEPOT_FIRST_CLASS: a group of chains' first block carries the group
+ * below and the group's tail in words 2 and 3. */
 #define DEPOT_TAKE_BYTES (16 * 1024)
 #define DEPOT_MAX_BYTES  ((size_t)32 << 20)
 /* Stacks a class's depot keeps, each under its own lock, and what each may

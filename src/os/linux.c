@@ -18,10 +18,10 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/resource.h>
-#include <sys/auxv.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -41,8 +41,8 @@ static bool names_equal(const char *a, const char *b) {
   return *a == *b;
 }
 
-/* By the vDSO's ELF dynamic symbols (it has the classic hash table, whose
- * second word counts them). */
+/* Found by the vDSO's ELF dynamic symbols (it has the classic hash table,
+ * whose second word counts them). */
 void *os_vdso_function(const char *name) {
   uintptr_t base = (uintptr_t)getauxval(AT_SYSINFO_EHDR);
   if (base == 0) return NULL;
