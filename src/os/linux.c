@@ -15,7 +15,6 @@
 #include <string.h>
 #include <linux/futex.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/auxv.h>
@@ -380,8 +379,11 @@ void os_signals_release(void) {
   if (--signals_held == 0) pthread_sigmask(SIG_SETMASK, &signals_before_hold, NULL);
 }
 
+/* Through syscall(), whose code lies by mmap's: libc's sched_yield lies in
+ * a 64 KiB of libc's text (fork, wait, exec) that a program which never
+ * forks would have resident only for shoal's waits. */
 void os_yield(void) {
-  sched_yield();
+  syscall(SYS_sched_yield);
 }
 
 static pthread_key_t thread_exit_key;
