@@ -4,7 +4,7 @@
  * The kernel maps a file's pages 64 KiB around each fault (fault-around),
  * so a library whose common code lies spread over its text is resident
  * whole: 132 KiB, for some 48 KiB a process runs. The build gathers those
- * functions (cmake/hot-text.ld, written by tools/hot-text.sh) into a
+ * functions (cmake/hot-text.ld, written by tools/hot-text.py) into a
  * segment of their own, and the rest, the diagnostics, the medium pool and
  * the reports of bad input, in another that a common process never
  * touches. This program goes along the common paths (every size range,
@@ -14,10 +14,11 @@
  * present: none may be, but in the segment that holds malloc and in
  * segments of one page (the PLT's, which every call out of the library
  * passes through). A failure names the pages: a function on a common path
- * is missing from cmake/hot-text.ld, and tools/hot-text.sh refreshes it.
+ * is missing from cmake/hot-text.ld, and tools/hot-text.py refreshes it.
  *
- * The list is the gcc build's: the test is registered for gcc release
- * builds that link with the script (test/CMakeLists.txt). */
+ * The list holds what the gcc and the clang builds run (they inline and
+ * split differently): the test is registered for release builds with
+ * either that link with the script (test/CMakeLists.txt). */
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <link.h>
@@ -190,7 +191,7 @@ int main(int argc, char **argv) {
             census.segments);
   CHECK_CTX(census.cold_resident == 0,
             "%ld pages of libshoal's rarely run code are resident: a function on a common "
-            "path is missing from cmake/hot-text.ld (tools/hot-text.sh writes it anew)",
+            "path is missing from cmake/hot-text.ld (tools/hot-text.py writes it anew)",
             census.cold_resident);
   printf("resident_text: OK\n");
   return 0;

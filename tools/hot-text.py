@@ -13,13 +13,16 @@ same script starts new segments before the unwind tables and before .data
 The functions are those callgrind sees run, in a release build, by
 test/resident_text.c's paths, by tools/fastpath.c and by the bench's
 workloads at their tiny sizes, plus every entry point of api/exports.c;
-the hottest come first. Run it after a change that puts a new function on a
-common path (test resident_text fails then, naming the pages):
+the hottest come first. The compilers inline and split differently, so the
+list is the union of the gcc and the clang build's. Run it after a change
+that puts a new function on a common path (test resident_text fails then,
+naming the pages):
 
-    tools/hot-text.py [BUILD_DIR]      (default: build)
+    make test-release test-clang       (builds both, with their tests)
+    tools/hot-text.py build build-clang
 
-It needs valgrind, and BUILD_DIR built with its tests and, for the bench's
-workloads, `python3 bench/run.py --tiny` run once.
+It needs valgrind, each BUILD_DIR built with its tests and, for the bench's
+workloads, `python3 bench/run.py --tiny` run once (build/bench).
 """
 import os
 import re
@@ -44,7 +47,9 @@ HEADER = """\
  * of their own, apart from the rest of the code, which a common process then
  * never maps (the kernel maps a file's pages 64 KiB around each fault, but
  * not past the mapping). A gap of more than a page before and after the
- * section starts a new segment. The start-up and exit code (crtbeginS,
+ * section starts a new segment (the linker starts one where the next
+ * section begins past the page after the last one's end): 64 KiB of
+ * address space each, whatever the sections' sizes. The start-up and exit code (crtbeginS,
  * .fini, constructors and destructors) and libc_nonshared's pthread_atfork
  * run in every process, so they come along. test/resident_text.c checks
  * that a common process maps none of the rest.
@@ -99,32 +104,42 @@ def callgrind_costs(library, command, work, name, costs):
             costs[function] = costs.get(function, 0) + int(match.group(1).replace(",", ""))
 
 
-def main():
-    build = Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "build").resolve()
+def profile(build, bench, work, costs):
+    """Adds what the programs run of BUILD's library to costs."""
     library = build / "libshoal.so"
     exercise = build / "test" / "test_resident_text"
     for needed in (library, exercise):
         if not needed.exists():
             sys.exit(f"hot-text: no {needed} (a release build with its tests first)")
+    tag = build.name
+    fastpath = work / "fastpath"
+    callgrind_costs(library, [str(exercise), "exercise"], work, f"{tag}-exercise", costs)
+    for keep in ("1", "0"):
+        callgrind_costs(library, [str(fastpath), "100000", "64", keep], work,
+                        f"{tag}-fastpath{keep}", costs)
+    for case in WORKLOADS:
+        words = case.split()
+        program = bench / words[0]
+        if not program.exists():
+            sys.exit(f"hot-text: no {program} (python3 bench/run.py --tiny builds it)")
+        callgrind_costs(library, [str(program)] + words[1:], work, f"{tag}-" + "-".join(words),
+                        costs)
+
+
+def main():
+    builds = [Path(arg).resolve() for arg in sys.argv[1:]] or [ROOT / "build"]
+    bench = ROOT / "build" / "bench"
     costs = {}
+    defined = set()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        fastpath = work / "fastpath"
         subprocess.run(["cc", "-O2", "-fno-builtin", str(ROOT / "tools" / "fastpath.c"), "-o",
-                        str(fastpath)], check=True)
-        callgrind_costs(library, [str(exercise), "exercise"], work, "exercise", costs)
-        for keep in ("1", "0"):
-            callgrind_costs(library, [str(fastpath), "100000", "64", keep], work,
-                            f"fastpath{keep}", costs)
-        for case in WORKLOADS:
-            words = case.split()
-            program = build / "bench" / words[0]
-            if not program.exists():
-                sys.exit(f"hot-text: no {program} (python3 bench/run.py --tiny builds it)")
-            callgrind_costs(library, [str(program)] + words[1:], work, "-".join(words), costs)
-    defined = shoal_functions(build)
+                        str(work / "fastpath")], check=True)
+        for build in builds:
+            profile(build, bench, work, costs)
+            defined |= shoal_functions(build)
     hot = sorted((f for f in costs if f in defined), key=lambda f: (-costs[f], f))
-    hot += sorted(exported_functions(build) - set(hot))
+    hot += sorted(exported_functions(builds[0]) - set(hot))
     lines = [HEADER, "SECTIONS\n{\n  .text.shoal_hot ALIGN(0x10000) :\n  {\n",
              "    *crtbeginS.o(.text .text.*)\n",
              "    *pthread_atfork.oS(.text .text.*)\n",
@@ -132,9 +147,9 @@ def main():
              "    *(.text.startup .text.startup.* .text.exit .text.exit.*)\n"]
     for f in hot:
         lines.append(f"    *(.text.{f} .text.{f}.* .text.unlikely.{f} .text.unlikely.{f}.*)\n")
-    lines.append("  }\n  . = ALIGN(0x10000);\n}\nINSERT BEFORE .text;\n")
+    lines.append("  }\n  . += 0x10000;\n}\nINSERT BEFORE .text;\n")
     for section in (".eh_frame_hdr", ".data"):
-        lines.append(f"\nSECTIONS\n{{\n  . = ALIGN(0x10000);\n}}\nINSERT BEFORE {section};\n")
+        lines.append(f"\nSECTIONS\n{{\n  . += 0x10000;\n}}\nINSERT BEFORE {section};\n")
     OUTPUT.write_text("".join(lines))
     print(f"hot-text: {len(hot)} functions into {OUTPUT.relative_to(ROOT)}")
 
