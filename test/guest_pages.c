@@ -60,6 +60,9 @@ static void *lender_run(void *argument) {
     check_filled(b_blocks[i], i, "before the lender freed it");
     shoal_free(b_blocks[i]);
   }
+  /* Home before B gives its pages back: the outbox sends a page's blocks a
+   * chain at a time, and what it still gathers would keep one from emptying. */
+  shoal_collect(false);
   pthread_barrier_wait(&step); /* 3: B frees the rest and gives its pages back */
   pthread_barrier_wait(&step); /* 4: A takes them */
   shoal_collect(false);

@@ -86,9 +86,18 @@ static void *outbox_blocks[1024];
 
 static void *free_a_few_then_collect(void *arg) {
   size_t few = (size_t)(uintptr_t)arg;
-  for (size_t i = 0; i < few; i++) shoal_free(outbox_blocks[i]);
+  /* A heap's first remote free goes home at once, without writing the
+   * outbox (past the heap's first OS page); a heap adopted from a thread
+   * whose remote frees went through it gathers that one too. */
+  shoal_free(shoal_malloc(16)); /* a heap, new or adopted, and no block of the class */
+  size_t sent_at_once = thread_heap->outbox_used ? 0 : 1;
+  shoal_free(outbox_blocks[0]);
+  CHECK(thread_heap->outbox_used);
+  CHECK(atomic_load(&outbox_page->xthread_free) >> 48 == sent_at_once);
+  CHECK((thread_heap->outbox_occupied == 0) == (sent_at_once == 1));
+  for (size_t i = 1; i < few; i++) shoal_free(outbox_blocks[i]);
   /* Fewer than a chain's worth: still with this thread, not at the page. */
-  CHECK(atomic_load(&outbox_page->xthread_free) >> 48 == 0);
+  CHECK(atomic_load(&outbox_page->xthread_free) >> 48 == sent_at_once);
   CHECK(thread_heap->outbox_occupied != 0);
   shoal_collect(false); /* sends them */
   CHECK(thread_heap->outbox_occupied == 0);
@@ -724,21 +733,27 @@ static void pin_to_one_core(void) {
   CHECK(sched_setaffinity(0, sizeof one, &one) == 0);
 }
 
+/* Asleep, the owner sleeps at least once, even when main has already done
+ * its part: a thread away only because main ran first waited for the core. */
 static void away_until(int step, bool asleep) {
-  while (atomic_load(&away_step) < step) {
+  do {
     if (asleep) {
       struct timespec pause = {0, 200 * 1000};
       nanosleep(&pause, NULL);
     } else {
       sched_yield();
     }
-  }
+  } while (atomic_load(&away_step) < step);
 }
 
 static void *owner_away(void *arg) {
   bool asleep = arg != NULL;
   pin_to_one_core();
   for (size_t i = 0; i < away_count; i++) away_blocks[i] = shoal_malloc(AWAY_BLOCK);
+  /* How it was away counts from here, as from its last return: not from
+   * the thread's start, whose page faults may have waited on main's
+   * mapping calls (a voluntary switch: blocked, not preempted). */
+  thread_heap->usage_at_return = os_thread_usage();
   atomic_store(&away_step, 1); /* handed over */
   away_until(2, asleep);
   shoal_free(shoal_malloc(3000)); /* back: a class it never used, a slow path */
