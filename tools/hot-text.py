@@ -62,26 +62,16 @@ HEADER = """\
 """
 
 
-def shoal_functions(build):
-    """Function names defined by libshoal's own objects, without suffixes."""
+def defined_functions(build, objects, kinds):
+    """Function names the objects define (nm symbol types in kinds), without
+    the compilers' suffixes (.part.0, .cold, ...)."""
     names = set()
-    for obj in (build / "CMakeFiles").glob("shoal*objects.dir/**/*.o"):
+    for obj in (build / "CMakeFiles").glob(f"{objects}.dir/**/*.o"):
         out = subprocess.run(["nm", "--defined-only", str(obj)], capture_output=True,
                              text=True, check=True).stdout
-        for line in out.splitlines():
-            parts = line.split()
-            if len(parts) == 3 and parts[1] in "tT":
+        for parts in (line.split() for line in out.splitlines()):
+            if len(parts) == 3 and parts[1] in kinds:
                 names.add(parts[2].split(".")[0])
-    return names
-
-
-def exported_functions(build):
-    names = set()
-    for obj in (build / "CMakeFiles").glob("shoal_export_objects.dir/**/*.o"):
-        out = subprocess.run(["nm", "--defined-only", str(obj)], capture_output=True,
-                             text=True, check=True).stdout
-        names.update(p[2].split(".")[0] for p in (l.split() for l in out.splitlines())
-                     if len(p) == 3 and p[1] == "T")
     return names
 
 
@@ -137,9 +127,9 @@ def main():
                         str(work / "fastpath")], check=True)
         for build in builds:
             profile(build, bench, work, costs)
-            defined |= shoal_functions(build)
+            defined |= defined_functions(build, "shoal*objects", "tT")
     hot = sorted((f for f in costs if f in defined), key=lambda f: (-costs[f], f))
-    hot += sorted(exported_functions(builds[0]) - set(hot))
+    hot += sorted(defined_functions(builds[0], "shoal_export_objects", "T") - set(hot))
     lines = [HEADER, "SECTIONS\n{\n  .text.shoal_hot ALIGN(0x10000) :\n  {\n",
              "    *crtbeginS.o(.text .text.*)\n",
              "    *pthread_atfork.oS(.text .text.*)\n",
