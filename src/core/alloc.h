@@ -140,11 +140,10 @@ fast_path void *alloc_slow_pop(shoal_heap_t *heap, size_t size, bool may_borrow)
  * folded. Only a thread that allocates the class itself keeps such blocks
  * (one that only frees would strand them; one whose first malloc of the
  * class they served would write into the other thread's cache lines), at
- * most REMOTE_CACHE_BYTES a small class and REMOTE_CACHE_MEDIUM a
- * medium one (internal.h says why so few). Reads only the page's shared line, with
- * the same checks as the local path: false sends the block on to the slow
- * exits, which also report every error. A thread without a heap, or whose
- * heap is parked while a diagnostic interposes, has no queued page. */
+ * most REMOTE_CACHE_BYTES a class (internal.h says why so few). Reads only the page's shared line,
+ * with the same checks as the local path: false sends the block on to the slow exits, which also
+ * report every error. A thread without a heap, or whose heap is parked while a diagnostic
+ * interposes, has no queued page. */
 fast_path bool remote_cache_push(shoal_heap_t *heap, shoal_page_t *page, void *p,
                                  size_t size_hint) {
   uint8_t size_class = page->shared_class;
@@ -155,8 +154,7 @@ fast_path bool remote_cache_push(shoal_heap_t *heap, shoal_page_t *page, void *p
   uint32_t block_size = page->shared_block_size;
   /* Room first: a full cache sends the block on before the checks that
    * free_not_local makes again. */
-  size_t room = size_class < DIRECT_CLASSES ? REMOTE_CACHE_BYTES : REMOTE_CACHE_MEDIUM;
-  if ((cache->capacity - cache->used) * block_size >= room) return false;
+  if ((cache->capacity - cache->used) * block_size >= REMOTE_CACHE_BYTES) return false;
   uint64_t limit = atomic_load_explicit(&page->shared_limit, memory_order_relaxed);
   if (!is_carved_block(page->shared_start, page->shared_divisor, limit, p) || block->key == key ||
       size_hint > block_size)

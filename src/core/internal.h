@@ -76,11 +76,10 @@ typedef const void *caller_t;
 #define EXTEND_BYTES           4096       /* carve fresh blocks an OS page at a time */
 #define POPULATE_FROM          (8 * 1024) /* a filling page faults in ahead from here (page.c) */
 #define POPULATE_MIN_COMMITTED ((size_t)32 << 20) /* in a process that holds this much */
-#define POPULATE_MIN_PAGES     32          /* and in a heap that holds this many pages (page.c) */
-#define HUGE_BLOCK_OFFSET      SLICE_SIZE  /* block of a huge segment starts here */
-#define DIRECT_CLASSES         32          /* the classes up to DIRECT_MAX */
-#define REMOTE_CACHE_BYTES     (32 * 1024) /* per small class, of other threads' blocks kept */
-#define OUTBOX_SLOT_BITS       6           /* 64 slots: outbox_occupied has a bit per slot */
+#define POPULATE_MIN_PAGES     32         /* and in a heap that holds this many pages (page.c) */
+#define HUGE_BLOCK_OFFSET      SLICE_SIZE /* block of a huge segment starts here */
+#define DIRECT_CLASSES         32         /* the classes up to DIRECT_MAX */
+#define OUTBOX_SLOT_BITS       6          /* 64 slots: outbox_occupied has a bit per slot */
 #define OUTBOX_SLOTS           (1u << OUTBOX_SLOT_BITS) /* pages other threads own, gathered at once */
 #define OUTBOX_BYTES           (4 * 1024) /* a page's gathered blocks go home at this */
 #define PURGE_BURST_DELAYS     10 /* a burst of frees defers a purge this many delays at most */
@@ -115,13 +114,18 @@ typedef const void *caller_t;
  * the time, fourth or later almost never. */
 #define QUEUE_ROTATE_TRIES 2
 
-/* Bytes per medium class of the remote cache. Kept at all, a block freed
- * for an owner that does not run (more threads than cores) serves the
- * freeing thread instead of waiting for its owner (larson, 16 to 64
- * threads on 2 cores: peak RSS -15 % to -30 %). Kept in plenty, blocks
- * handed along a ring of threads never go home, and every owner carves
- * anew (rptest, 8 threads: +35 % at 32 KiB, +13 % at this). */
-#define REMOTE_CACHE_MEDIUM (8 * 1024)
+/* Bytes per class of other threads' blocks a thread's remote cache keeps
+ * (alloc.h, remote_cache_push). Kept at all, a block freed for an owner
+ * that does not run (more threads than cores) serves the freeing thread
+ * instead of waiting for its owner (larson, 16 to 64 threads on 2 cores:
+ * peak RSS -15 % to -30 %). Kept in plenty, they cost twice: blocks handed
+ * along a ring of threads never go home, and every owner carves anew
+ * (rptest, 8 threads: +35 % at 32 KiB a medium class, +13 % at this); and
+ * a thread that frees as often as it allocates, of random classes, holds
+ * each cache half full on average, so a thread holds about half this for
+ * every class it uses (larson, 8 / 16 / 64 threads, small classes at 32
+ * KiB: peak RSS +10 / +10 / +8 %, times level). */
+#define REMOTE_CACHE_BYTES (8 * 1024)
 /* Bytes per medium class of the thread's own freed blocks its class cache
  * keeps (alloc.h, free_own_larger). rptest, 2 threads: 16 / 32 / 64 KiB
  * -5 / -7 / -13 % time; but mtalloc's peak RSS level / level / +4-7 %

@@ -343,52 +343,71 @@ static void test_depot_from_allocating_thread(void) {
   shoal_option_set(SHOAL_OPTION_PURGE_DELAY, purge_delay_option);
 }
 
-/* ---- a medium block freed for another thread serves the freer ---- */
+/* ---- a block freed for another thread serves the freer ---- */
 
-enum { CACHED_SIZE = 3000, CACHED_COUNT = 8 };
-static void *cached_blocks[CACHED_COUNT];
+/* Up to REMOTE_CACHE_BYTES of the class, for a small class as for a
+ * medium one; the rest goes home. */
+enum { CACHED_MAX = 64 };
+static void *cached_blocks[CACHED_MAX];
+static size_t cached_size, cached_count;
 
-static void *allocate_medium(void *arg) {
+static void *allocate_cached(void *arg) {
   (void)arg;
-  for (size_t i = 0; i < CACHED_COUNT; i++) {
-    cached_blocks[i] = shoal_malloc(CACHED_SIZE);
-    memset(cached_blocks[i], (int)i + 1, CACHED_SIZE);
+  for (size_t i = 0; i < cached_count; i++) {
+    cached_blocks[i] = shoal_malloc(cached_size);
+    memset(cached_blocks[i], (int)i + 1, cached_size);
   }
   return thread_heap;
 }
 
-static void test_medium_class_cache(void) {
-  uint8_t size_class = size_class_of(CACHED_SIZE);
+static void remote_cache_keeps(size_t size, size_t count) {
+  cached_size = size;
+  cached_count = count;
+  uint8_t size_class = size_class_of(size);
   size_t block_size = class_block_size[size_class];
-  CHECK(block_size > DIRECT_MAX && size_class < CLASS_COUNT);
-  size_t kept = (REMOTE_CACHE_MEDIUM + block_size - 1) / block_size;
-  CHECK(kept >= 1 && kept < CACHED_COUNT);
-  void *own = shoal_malloc(CACHED_SIZE); /* this thread allocates the class */
-  shoal_heap_t *other = run_in_thread(allocate_medium);
-  for (size_t i = 0; i < CACHED_COUNT; i++) {
-    CHECK(((uint8_t *)cached_blocks[i])[CACHED_SIZE - 1] == i + 1); /* contents survive */
+  CHECK(size_class < CLASS_COUNT && count <= CACHED_MAX);
+  size_t kept = (REMOTE_CACHE_BYTES + block_size - 1) / block_size;
+  CHECK(kept >= 1 && kept < count);
+  void *own = shoal_malloc(size); /* this thread allocates the class */
+  shoal_heap_t *other = run_in_thread(allocate_cached);
+  for (size_t i = 0; i < count; i++) {
+    CHECK(((uint8_t *)cached_blocks[i])[size - 1] == (uint8_t)(i + 1)); /* contents survive */
     shoal_free(cached_blocks[i]);
   }
   /* The first `kept` stay here, the rest go home (outbox, then page). */
   shoal_page_t *cache = &thread_heap->class_cache[size_class];
   CHECK(cache->capacity - cache->used == kept);
   shoal_free(own);
-  void *again[CACHED_COUNT];
-  for (size_t i = 0; i < kept; i++) {
-    again[i] = shoal_malloc(CACHED_SIZE);
-    bool was_kept = false;
-    for (size_t k = 0; k < kept; k++) was_kept |= again[i] == cached_blocks[k];
-    CHECK(was_kept && segment_of(again[i])->heap == other);
-    memset(again[i], 0x5a, CACHED_SIZE);
+  /* A medium class's malloc takes them first; a small class's once the
+   * page in its fast path runs dry (its next slow path). */
+  void *again[2 * CACHED_MAX];
+  size_t taken = 0, mallocs = 0;
+  while (taken < kept && mallocs < 2 * CACHED_MAX) {
+    void *p = again[mallocs++] = shoal_malloc(size);
+    for (size_t k = 0; k < kept; k++)
+      if (p == cached_blocks[k]) {
+        CHECK(segment_of(p)->heap == other);
+        taken++;
+      }
+    memset(p, 0x5a, size);
   }
-  CHECK(cache->free == NULL);
-  void *next = shoal_malloc(CACHED_SIZE); /* the cache is empty: a page of our own */
+  CHECK(taken == kept && cache->free == NULL);
+  if (block_size > DIRECT_MAX) CHECK(mallocs == kept);
+  void *next = shoal_malloc(size); /* the cache is empty: a page of our own */
   CHECK(segment_of(next)->heap == thread_heap);
   shoal_free(next);
-  for (size_t i = 0; i < kept; i++) shoal_free(again[i]); /* kept again */
+  for (size_t i = 0; i < mallocs; i++)
+    if (segment_of(again[i])->heap == other) shoal_free(again[i]); /* kept again */
   CHECK(cache->capacity - cache->used == kept);
+  for (size_t i = 0; i < mallocs; i++)
+    if (segment_of(again[i])->heap != other) shoal_free(again[i]);
   shoal_collect(true); /* sends them home */
   CHECK(cache->free == NULL);
+}
+
+static void test_remote_class_cache(void) {
+  remote_cache_keeps(3000, 8); /* a medium class: 3 kept */
+  remote_cache_keeps(400, 40); /* a small class: 20 kept */
 }
 
 /* ---- a thread's own medium blocks serve its next malloc of the class ---- */
@@ -1229,7 +1248,7 @@ int main(void) {
   test_outbox();
   test_depot();
   test_depot_from_allocating_thread();
-  test_medium_class_cache();
+  test_remote_class_cache();
   test_own_medium_cache();
   test_freed_before_fresh();
   test_borrow();
