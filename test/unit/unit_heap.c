@@ -552,6 +552,32 @@ static void *borrow_in_own_heap(void *arg) {
   return NULL;
 }
 
+/* A medium class borrows from as far as BORROW_CLASSES classes up, no
+ * further: with only a block BORROW_CLASSES + 1 classes up free, the class
+ * carves its own page; with one BORROW_CLASSES up free, that one. */
+static void *borrow_reach_in_own_heap(void *arg) {
+  (void)arg;
+  enum { SMALLER = 5000 };
+  uint8_t size_class = size_class_of(SMALLER);
+  uint8_t reach = (uint8_t)(size_class + BORROW_CLASSES), beyond = (uint8_t)(reach + 1);
+  CHECK(beyond < CLASS_COUNT);
+  size_t reach_size = class_block_size[reach], beyond_size = class_block_size[beyond];
+  void *reach_kept = shoal_malloc(reach_size), *reach_spare = shoal_malloc(reach_size);
+  void *beyond_kept = shoal_malloc(beyond_size), *beyond_spare = shoal_malloc(beyond_size);
+  shoal_free(beyond_spare); /* the only free block in reach of none */
+  void *first = shoal_malloc(SMALLER);
+  void *second = shoal_malloc(SMALLER); /* carved from the class's own page */
+  CHECK(second != beyond_spare && shoal_malloc_usable_size(second) == class_block_size[size_class]);
+  shoal_free(reach_spare); /* now one in reach */
+  void *third = shoal_malloc(SMALLER);
+  CHECK(third == reach_spare && shoal_malloc_usable_size(third) == reach_size);
+  memset(third, 0x2d, SMALLER);
+  CHECK(((uint8_t *)third)[SMALLER - 1] == 0x2d);
+  void *blocks[] = {third, second, first, beyond_kept, reach_kept};
+  for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++) shoal_free(blocks[i]);
+  return NULL;
+}
+
 /* A small class is lent the neighbour's page: its fast path pops there
  * until the page leaves its queue. */
 static void *lend_in_own_heap(void *arg) {
@@ -624,6 +650,7 @@ static void *lend_in_own_heap(void *arg) {
 
 static void test_borrow(void) {
   run_in_thread(borrow_in_own_heap);
+  run_in_thread(borrow_reach_in_own_heap);
   run_in_thread(lend_in_own_heap);
 }
 
