@@ -140,9 +140,10 @@ fast_path void *alloc_slow_pop(shoal_heap_t *heap, size_t size, bool may_borrow)
  * folded. Only a thread that allocates the class itself keeps such blocks
  * (one that only frees would strand them; one whose first malloc of the
  * class they served would write into the other thread's cache lines), at
- * most REMOTE_CACHE_BYTES a class (internal.h says why so few). Reads only the page's shared line,
- * with the same checks as the local path: false sends the block on to the slow exits, which also
- * report every error. A thread without a heap, or whose heap is parked while a diagnostic
+ * most REMOTE_CACHE_BYTES a class (internal.h says why so few). Reads only
+ * the page's shared line, with the same checks as the local path: false
+ * sends the block on to the slow exits, which also report every error. A
+ * thread without a heap, or whose heap is parked while a diagnostic
  * interposes, has no queued page. */
 fast_path bool remote_cache_push(shoal_heap_t *heap, shoal_page_t *page, void *p,
                                  size_t size_hint) {

@@ -98,7 +98,7 @@ typedef const void *caller_t;
  * it, carved to the end or with never-used blocks left, no remote frees on
  * their way) takes one from the next BORROW_CLASSES classes before it
  * carves or opens a page: a block up to four classes larger wastes at most
- * 38 % of itself while it lives (a request one byte over the class below).
+ * 38.5 % of itself while it lives (a request one byte over the class below).
  * A thread's classes each hold a few blocks whose counts wander on their
  * own; each carved to its own high-water mark, mtalloc's medium pages were
  * carved to 4.6 times their live bytes while the neighbours' free blocks

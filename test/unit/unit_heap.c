@@ -564,7 +564,7 @@ static void *borrow_reach_in_own_heap(void *arg) {
   size_t reach_size = class_block_size[reach], beyond_size = class_block_size[beyond];
   void *reach_kept = shoal_malloc(reach_size), *reach_spare = shoal_malloc(reach_size);
   void *beyond_kept = shoal_malloc(beyond_size), *beyond_spare = shoal_malloc(beyond_size);
-  shoal_free(beyond_spare); /* the only free block in reach of none */
+  shoal_free(beyond_spare); /* a free block one class too far up */
   void *first = shoal_malloc(SMALLER);
   void *second = shoal_malloc(SMALLER); /* carved from the class's own page */
   CHECK(second != beyond_spare && shoal_malloc_usable_size(second) == class_block_size[size_class]);
