@@ -77,12 +77,12 @@ fast_path void *alloc_fast(size_t size, caller_t caller) {
   return alloc_fast_then(size, caller, alloc_generic);
 }
 
-/* A free block of one of the next BORROW_CLASSES classes (internal.h),
+/* A free block of one of the next classes in reach (internal.h, borrow_reach),
  * from its class cache or its first page, for a medium class with none of
  * its own at hand. */
 fast_path void *medium_borrow(shoal_heap_t *heap, uint8_t size_class) {
-  for (unsigned k = size_class + 1u; k <= size_class + BORROW_CLASSES && k < (unsigned)CLASS_COUNT;
-       k++) {
+  unsigned reach = size_class + borrow_reach(size_class);
+  for (unsigned k = size_class + 1u; k <= reach && k < (unsigned)CLASS_COUNT; k++) {
     shoal_page_t *lender = &heap->class_cache[k];
     if (lender->free != NULL) return page_pop(heap, lender);
     lender = heap->queues[k].first;

@@ -844,13 +844,14 @@ shoal_page_t *heap_queue_rotate(shoal_heap_t *heap, uint8_t size_class) {
 }
 
 /* The first page of one of the next classes, for a class above 128 bytes
- * that has a page but no free block (BORROW_CLASSES): one with at least an
+ * that has a page but no free block (borrow_reach): one with at least an
  * OS page of free blocks, what an extend would carve. Lent any free block,
  * the two classes drained the page twice as fast and each came back to its
  * slow path the sooner (mstress t=8: 28 % more slow paths, 4 % more time). */
 static shoal_page_t *heap_lender_page(shoal_heap_t *heap, uint8_t size_class) {
   if (size_class < BORROW_FROM_CLASS || heap->queues[size_class].first == NULL) return NULL;
-  for (unsigned k = size_class + 1u; k <= size_class + BORROW_CLASSES && k < CLASS_COUNT; k++) {
+  unsigned reach = size_class + borrow_reach(size_class);
+  for (unsigned k = size_class + 1u; k <= reach && k < CLASS_COUNT; k++) {
     shoal_page_t *lender = heap->queues[k].first;
     if (lender != NULL && lender->free != NULL &&
         (size_t)(lender->capacity - lender->used) * lender->block_size >= EXTEND_BYTES)

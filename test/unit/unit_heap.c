@@ -552,29 +552,45 @@ static void *borrow_in_own_heap(void *arg) {
   return NULL;
 }
 
-/* A medium class borrows from as far as BORROW_CLASSES classes up, no
- * further: with only a block BORROW_CLASSES + 1 classes up free, the class
- * carves its own page; with one BORROW_CLASSES up free, that one. */
-static void *borrow_reach_in_own_heap(void *arg) {
-  (void)arg;
-  enum { SMALLER = 5000 };
-  uint8_t size_class = size_class_of(SMALLER);
-  uint8_t reach = (uint8_t)(size_class + BORROW_CLASSES), beyond = (uint8_t)(reach + 1);
+/* A medium class borrows from as far as its reach (borrow_reach), no
+ * further: with only a block one class beyond free, the class carves its
+ * own page; with one at the reach free, that one. Four classes up below
+ * 2304 bytes, eight from there. */
+static void borrow_reach_of(size_t smaller, unsigned expected_reach) {
+  uint8_t size_class = size_class_of(smaller);
+  CHECK(borrow_reach(size_class) == expected_reach);
+  uint8_t reach = (uint8_t)(size_class + expected_reach), beyond = (uint8_t)(reach + 1);
   CHECK(beyond < CLASS_COUNT);
   size_t reach_size = class_block_size[reach], beyond_size = class_block_size[beyond];
   void *reach_kept = shoal_malloc(reach_size), *reach_spare = shoal_malloc(reach_size);
   void *beyond_kept = shoal_malloc(beyond_size), *beyond_spare = shoal_malloc(beyond_size);
   shoal_free(beyond_spare); /* a free block one class too far up */
-  void *first = shoal_malloc(SMALLER);
-  void *second = shoal_malloc(SMALLER); /* carved from the class's own page */
+  void *first = shoal_malloc(smaller);
+  void *second = shoal_malloc(smaller); /* carved from the class's own page */
   CHECK(second != beyond_spare && shoal_malloc_usable_size(second) == class_block_size[size_class]);
   shoal_free(reach_spare); /* now one in reach */
-  void *third = shoal_malloc(SMALLER);
+  void *third = shoal_malloc(smaller);
   CHECK(third == reach_spare && shoal_malloc_usable_size(third) == reach_size);
-  memset(third, 0x2d, SMALLER);
-  CHECK(((uint8_t *)third)[SMALLER - 1] == 0x2d);
+  memset(third, 0x2d, smaller);
+  CHECK(((uint8_t *)third)[smaller - 1] == 0x2d);
   void *blocks[] = {third, second, first, beyond_kept, reach_kept};
   for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++) shoal_free(blocks[i]);
+}
+
+/* Each in a thread of its own: the class and its lenders start empty. */
+static void *borrow_reach_below_wide(void *arg) {
+  (void)arg;
+  borrow_reach_of(1500, 4); /* 1536 bytes, class 35 */
+  return NULL;
+}
+static void *borrow_reach_first_wide(void *arg) {
+  (void)arg;
+  borrow_reach_of(2200, 8); /* 2304 bytes, class 40: the first of the wide reach */
+  return NULL;
+}
+static void *borrow_reach_wide(void *arg) {
+  (void)arg;
+  borrow_reach_of(5000, 8);
   return NULL;
 }
 
@@ -650,7 +666,9 @@ static void *lend_in_own_heap(void *arg) {
 
 static void test_borrow(void) {
   run_in_thread(borrow_in_own_heap);
-  run_in_thread(borrow_reach_in_own_heap);
+  run_in_thread(borrow_reach_below_wide);
+  run_in_thread(borrow_reach_first_wide);
+  run_in_thread(borrow_reach_wide);
   run_in_thread(lend_in_own_heap);
 }
 
