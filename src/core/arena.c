@@ -278,8 +278,7 @@ void arena_segment_release(shoal_segment_t *segment) {
  * while the draw, at its pace since the last release (or put-off), would
  * take the rest before the put-offs run out: threads that each take a
  * segment after a long pause (a program that freed all it had) leave the
- * rest to be trimmed at once. */
-#define ARENA_TRIMS_PUT_OFF 10
+ * rest to be trimmed at once. At most ARENA_TRIMS_PUT_OFF (internal.h). */
 
 static bool arena_trim_put_off(int64_t now) { /* (arena) */
   long delay = purge_delay();

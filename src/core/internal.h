@@ -85,6 +85,7 @@ typedef const void *caller_t;
 #define PURGE_BURST_DELAYS     10 /* a burst of frees defers a purge this many delays at most */
 #define PURGE_DEAD_DELAYS      10 /* a dead thread's heap stays warm this long for an adopter */
 #define ARENA_TRIM_DELAYS      10 /* empty segments wait this long for any thread to take them */
+#define ARENA_TRIMS_PUT_OFF    10 /* while threads take them back, a trim waits a delay more */
 /* Empty segments kept for the purge delay (256 MiB), and kept mapped,
  * purged, after it (16 MiB); beyond these, up to 4 GiB of address space
  * retained, purged (arena.c's segment_retire). */
