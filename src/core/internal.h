@@ -116,11 +116,15 @@ typedef const void *caller_t;
  * thread's classes hold the fewest blocks each, so the sum of their
  * high-water marks is furthest above the most the thread held at once
  * (mtalloc's quick run, a thread's blocks simulated: the per-class maxima
- * add up to 3.2 MB, the most live at once 1.1 MB). Quick sizes, medians of 5, times level: peak RSS
- * mtalloc t=2 / t=8 -5 / -6 %, prodcons 1:1 -4 %, rptest t=2 / t=8 -3 / -2 %; larson, mstress,
- * mtrealloc and the replays level. From 4608 bytes up instead, the gcc replay +3 %; the whole range
- * above for classes from 2304 bytes, mtalloc t=8 level. Past DIRECT_MAX only: the direct slots that
- * queue_remove keeps are lent by BORROW_CLASSES. */
+ * add up to 3.2 MB, the most live at once 1.1 MB). Quick sizes, medians of
+ * 3-5, two batches: peak RSS mtalloc t=2 -4.6 and -3.6 %, t=8 -6.4 and
+ * -2.3 %, rptest t=2 -3.1 and -3.8 %; larson, mstress, mtrealloc, prodcons
+ * and the replays level; times level, the gcc replay's +3 % in some batches
+ * (bench/README.md). From 4608 bytes up instead, the gcc replay +3 %
+ * memory; the whole range above for classes from 2304 bytes, mtalloc t=8 no
+ * better.
+ * Past DIRECT_MAX only: the direct slots that queue_remove keeps are lent
+ * within BORROW_CLASSES. */
 #define BORROW_WIDE_FROM_CLASS 40
 #define BORROW_WIDE_CLASSES    8u
 _Static_assert(BORROW_WIDE_FROM_CLASS >= DIRECT_CLASSES, "no direct slot is lent wide");
