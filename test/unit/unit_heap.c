@@ -972,10 +972,10 @@ static void test_trim_put_off_while_drawn(void) {
   due = atomic_load(&arena_purge_at_ms);
   CHECK(due != 0);
   /* Late: past the due trim, and slower than a draw that would take the
-   * rest before the put-offs run out. That pace is counted in delays,
-   * which this process's refaults may have lengthened since the release
-   * (the first half's segments, taken back after their purge): the trim
-   * was then due after fewer of them. */
+   * rest before the put-offs run out. That pace is counted in delays, which
+   * refaults earlier in this process (slices purged and soon taken again,
+   * by the tests before) may have lengthened: the trim was then due after
+   * fewer of them. */
   while (os_now_ms() < due || (int64_t)(COUNT - LATE) * (os_now_ms() - released_at) <=
                                   (int64_t)LATE * ARENA_TRIMS_PUT_OFF * purge_delay())
     sleep_ms(1);
