@@ -48,13 +48,18 @@ static void *free_all(void *arg) {
   return NULL;
 }
 
-/* `run` in a thread of its own (a heap of its own), to its end; its result. */
-static void *run_in_thread(void *(*run)(void *)) {
+/* `run(arg)` in a thread of its own (a heap of its own), to its end; its
+ * result. */
+static void *run_in_thread_with(void *(*run)(void *), void *arg) {
   pthread_t thread;
   void *result;
-  CHECK(pthread_create(&thread, NULL, run, NULL) == 0);
+  CHECK(pthread_create(&thread, NULL, run, arg) == 0);
   CHECK(pthread_join(thread, &result) == 0);
   return result;
+}
+
+static void *run_in_thread(void *(*run)(void *)) {
+  return run_in_thread_with(run, NULL);
 }
 
 /* Blocks of `size` until one opens a page of its own (the ones before it,
@@ -555,11 +560,19 @@ static void *borrow_in_own_heap(void *arg) {
 /* A medium class borrows from as far as its reach (borrow_reach), no
  * further: with only a block one class beyond free, the class carves its
  * own page; with one at the reach free, that one. Four classes up below
- * 2304 bytes, eight from there. */
-static void borrow_reach_of(size_t smaller, unsigned expected_reach) {
+ * 2304 bytes, eight from there. Each case in a thread of its own: the class
+ * and its lenders start empty. */
+typedef struct borrow_reach_case_s {
+  size_t smaller;
+  unsigned expected_reach;
+} borrow_reach_case_t;
+
+static void *borrow_reach_in_own_heap(void *arg) {
+  const borrow_reach_case_t *test = arg;
+  size_t smaller = test->smaller;
   uint8_t size_class = size_class_of(smaller);
-  CHECK(borrow_reach(size_class) == expected_reach);
-  uint8_t reach = (uint8_t)(size_class + expected_reach), beyond = (uint8_t)(reach + 1);
+  CHECK(borrow_reach(size_class) == test->expected_reach);
+  uint8_t reach = (uint8_t)(size_class + test->expected_reach), beyond = (uint8_t)(reach + 1);
   CHECK(beyond < CLASS_COUNT);
   size_t reach_size = class_block_size[reach], beyond_size = class_block_size[beyond];
   void *reach_kept = shoal_malloc(reach_size), *reach_spare = shoal_malloc(reach_size);
@@ -575,22 +588,6 @@ static void borrow_reach_of(size_t smaller, unsigned expected_reach) {
   CHECK(((uint8_t *)third)[smaller - 1] == 0x2d);
   void *blocks[] = {third, second, first, beyond_kept, reach_kept};
   for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++) shoal_free(blocks[i]);
-}
-
-/* Each in a thread of its own: the class and its lenders start empty. */
-static void *borrow_reach_below_wide(void *arg) {
-  (void)arg;
-  borrow_reach_of(1500, 4); /* 1536 bytes, class 35 */
-  return NULL;
-}
-static void *borrow_reach_first_wide(void *arg) {
-  (void)arg;
-  borrow_reach_of(2200, 8); /* 2304 bytes, class 40: the first of the wide reach */
-  return NULL;
-}
-static void *borrow_reach_wide(void *arg) {
-  (void)arg;
-  borrow_reach_of(5000, 8);
   return NULL;
 }
 
@@ -666,9 +663,13 @@ static void *lend_in_own_heap(void *arg) {
 
 static void test_borrow(void) {
   run_in_thread(borrow_in_own_heap);
-  run_in_thread(borrow_reach_below_wide);
-  run_in_thread(borrow_reach_first_wide);
-  run_in_thread(borrow_reach_wide);
+  static borrow_reach_case_t reach_cases[] = {
+      {1500, 4}, /* 1536 bytes, class 35 */
+      {2200, 8}, /* 2304 bytes, class 40: the first of the wide reach */
+      {5000, 8},
+  };
+  for (size_t i = 0; i < sizeof reach_cases / sizeof reach_cases[0]; i++)
+    run_in_thread_with(borrow_reach_in_own_heap, &reach_cases[i]);
   run_in_thread(lend_in_own_heap);
 }
 
