@@ -467,9 +467,6 @@ typedef struct shoal_heap_s {
   /* (owner) Draining or leaving: every chain goes home. Here, not with the
    * outbox: every collect and every thread exit writes it. */
   bool outbox_home_only;
-  /* (owner) A remote free has gone through the outbox: the first goes home
-   * at once (alloc.c, free_remote). */
-  bool outbox_used;
   bool touched_tails;           /* (owner) a page with touched_tail made since the last due purge */
   size_t purge_pending_bytes;   /* (owner) free dirty slice bytes not yet purged */
   _Atomic(int64_t) purge_at_ms; /* (owner, read by a free) when to purge them; 0: nothing pending */
