@@ -158,13 +158,14 @@ void free_not_small(shoal_page_t *page, void *p, size_t size_hint, caller_t call
 
 /* Home to its page, gathered with others of the page in the outbox; a
  * thread without a heap (after its exit hook) sends it at once. Counted
- * in its class (a pool block's: its request's). Not a heap's first at once
- * too, though the outbox lies past the heap's first OS page (a thread that
- * frees one block of another's, Hoard's cache-scratch, writes a page for
- * it: cthrash, 64 threads, 68 KB more peak RSS): batch producers and
- * consumers ran 1.6 times as long so (xmalloc 2:2 / 4:4 / 8:8, full sizes,
- * medians of 5-7: 2.34 / 3.33 / 2.93 s against 1.55 / 2.11 / 1.73), with
- * 10-16 % less peak RSS. */
+ * in its class (a pool block's: its request's). A heap's first goes
+ * through the outbox too, though the outbox lies past the heap's first OS
+ * page and a thread that frees one block of another's (Hoard's
+ * cache-scratch) so writes a page for it (cthrash, 64 threads, full size:
+ * peak RSS 2.87 MB against 2.68): sent home at once, it made batch
+ * producers and consumers run 1.6 times as long (xmalloc 2:2 / 4:4 / 8:8,
+ * full sizes, medians of 5-7: 2.34 / 3.33 / 2.93 s against 1.55 / 2.11 /
+ * 1.73), for 10-16 % less peak RSS (why is open: bench/README.md). */
 static void free_remote(shoal_heap_t *heap, shoal_page_t *page, shoal_block_t *block,
                         uint8_t size_class, size_t bytes) {
   count_free(heap, size_class, bytes, true);
