@@ -227,8 +227,9 @@ static int64_t heap_dead_purge_at(const shoal_heap_t *heap) {
 /* A class page carves its slices an OS page or a block at a time, and a
  * page made on slices that a large block or another class's page touched
  * keeps the rest of them resident, where no other class and no other page
- * can use it (mtalloc t=2: 1.25 of its 7.2 MiB at the peak). At a due
- * purge, what such a page has not carved since it was made is given back;
+ * can use it (mtalloc t=2: 1.25 of its 7.2 MiB at the peak). A purge delay
+ * after the first such page (heap_tails_check), or at a due purge if that
+ * comes first, what each has not carved since it was made is given back;
  * carving into it later faults it in as fresh memory. Only queued pages
  * can have such a part: a parked one has carved all it holds. */
 static void heap_purge_untouched_tails(shoal_heap_t *heap) {
@@ -245,6 +246,16 @@ static void heap_purge_untouched_tails(shoal_heap_t *heap) {
       if (from < end) os_purge((void *)from, end - from);
     }
   }
+}
+
+/* The owner's slow paths give the touched tails back a purge delay after
+ * the first of them was made, not at the heap's due purge: frees in a burst
+ * put that off up to PURGE_BURST_DELAYS, and a program that starts by
+ * making its pages keeps a page's worth for each meanwhile (mtalloc t=2:
+ * 1 MB more for its first 100 ms, its peak). */
+static void heap_tails_check(shoal_heap_t *heap) {
+  if (heap->touched_tails && heap == thread_heap && os_now_ms() >= heap->tails_purge_at_ms)
+    heap_purge_untouched_tails(heap);
 }
 
 /* The free blocks of the heap's pool pages: those free since the last
@@ -289,6 +300,7 @@ static void heap_purge_due(shoal_heap_t *heap, int64_t now) {
 }
 
 static void heap_maybe_purge(shoal_heap_t *heap) {
+  heap_tails_check(heap);
   int64_t now = os_now_ms();
   int64_t purge_at = atomic_load_explicit(&heap->purge_at_ms, memory_order_relaxed);
   if (purge_at != 0 && now >= purge_at)
@@ -806,7 +818,10 @@ static shoal_page_t *heap_fresh_page(shoal_heap_t *heap, uint8_t size_class) {
     if (page == NULL) return NULL;
     page_init(page, heap, class_block_size[size_class], size_class, page->is_zero);
     page->touched_tail = !page->is_zero;
-    heap->touched_tails |= !page->is_zero;
+    if (page->touched_tail && !heap->touched_tails) {
+      heap->touched_tails = true;
+      heap->tails_purge_at_ms = os_now_ms() + purge_delay();
+    }
   }
   page_extend(page);
   heap_queue_push(heap, page);
@@ -952,6 +967,7 @@ static void class_cache_reset(shoal_heap_t *heap, uint8_t size_class) {
  * parked or retired (queue_remove), or the class's next slow path. */
 static shoal_page_t *heap_find_page(shoal_heap_t *heap, uint8_t size_class, bool may_borrow) {
   heap_drain_notified(heap);
+  heap_tails_check(heap);
   shoal_page_t *cache = &heap->class_cache[size_class];
   if (cache->free != NULL) {
     cache->size_class = size_class; /* its own class's: aligned requests may take it */

@@ -467,11 +467,12 @@ typedef struct shoal_heap_s {
   /* (owner) Draining or leaving: every chain goes home. Here, not with the
    * outbox: every collect and every thread exit writes it. */
   bool outbox_home_only;
-  bool touched_tails;           /* (owner) a page with touched_tail made since the last due purge */
+  bool touched_tails;           /* (owner) a page with touched_tail made since its tails' purge */
   size_t purge_pending_bytes;   /* (owner) free dirty slice bytes not yet purged */
   _Atomic(int64_t) purge_at_ms; /* (owner, read by a free) when to purge them; 0: nothing pending */
   int64_t purge_latest_ms;      /* (owner) frees push purge_at_ms back no later than this */
   int64_t page_freed_ms;        /* (owner) when the heap last gave a page back */
+  int64_t tails_purge_at_ms;    /* (owner) when those pages' tails go: a delay after the first */
   os_thread_usage_t purge_usage;     /* (owner) the owner's at the last due purge */
   os_thread_usage_t usage_at_return; /* (owner) the owner's when it last found itself served */
   /* (owner, read by servers) When the owner last came back to a heap

@@ -1225,8 +1225,63 @@ static void *page_on_touched_slices(void *arg) {
   return NULL;
 }
 
+/* A medium size whose class has nothing at hand in this thread's heap: its
+ * malloc takes the slow path (heap_find_page). */
+static size_t size_of_an_empty_class(void) {
+  shoal_heap_t *heap = thread_heap;
+  for (uint8_t size_class = CLASS_COUNT - 1; size_class >= DIRECT_CLASSES; size_class--)
+    if (heap->queues[size_class].first == NULL && heap->class_cache[size_class].free == NULL)
+      return class_block_size[size_class];
+  CHECK(!"a medium class with no page");
+  return 0;
+}
+
+/* The same page's tail goes at the owner's first slow path a purge delay
+ * after it was made, with no due purge and no collect: not before. */
+static void *page_tail_after_delay(void *arg) {
+  (void)arg;
+  long purge_delay_option = shoal_option_get(SHOAL_OPTION_PURGE_DELAY);
+  shoal_option_set(SHOAL_OPTION_PURGE_DELAY, 60 * 1000); /* no delay passes on its own */
+  size_t large = 8 * SLICE_SIZE, size = 3000;
+  void *keep = shoal_malloc(64);
+  uint8_t *big = shoal_malloc(large);
+  CHECK(big != NULL);
+  memset(big, 0x5a, large);
+  shoal_segment_t *segment = segment_of(big);
+  shoal_free(big);
+  uint8_t *first = shoal_malloc(size);
+  CHECK(first != NULL && segment_of(first) == segment);
+  shoal_page_t *page = segment_page_of(segment, first);
+  CHECK(page->touched_tail && page->capacity == 1);
+  memset(first, 0x33, size);
+  shoal_heap_t *heap = thread_heap;
+  CHECK(heap->touched_tails && heap->tails_purge_at_ms > os_now_ms());
+  void *before = shoal_malloc(size_of_an_empty_class()); /* within the delay: kept */
+  CHECK(before != NULL && page->touched_tail);
+  heap->tails_purge_at_ms = os_now_ms(); /* the delay has passed */
+  void *after = shoal_malloc(size_of_an_empty_class());
+  CHECK(after != NULL && !page->touched_tail);
+  for (size_t i = 0; i < size; i++) CHECK(first[i] == 0x33);
+#ifdef __linux__
+  int pagemap = open("/proc/self/pagemap", O_RDONLY);
+  if (pagemap >= 0) {
+    uint8_t *tail = (uint8_t *)(((uintptr_t)first + size + 4095) & ~(uintptr_t)4095);
+    uint8_t *end = page->start + (size_t)page->slice_count * SLICE_SIZE;
+    for (uint8_t *at = tail; at < end; at += 4096) CHECK(!page_written(pagemap, at));
+    close(pagemap);
+  }
+#endif
+  shoal_free(after);
+  shoal_free(before);
+  shoal_free(first);
+  shoal_free(keep);
+  shoal_option_set(SHOAL_OPTION_PURGE_DELAY, purge_delay_option);
+  return NULL;
+}
+
 static void test_touched_tail_purged(void) {
   run_in_thread(page_on_touched_slices);
+  run_in_thread(page_tail_after_delay);
 }
 
 /* ---- a class page takes again the slices its class gave back ---- */
