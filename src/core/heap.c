@@ -227,18 +227,24 @@ static int64_t heap_dead_purge_at(const shoal_heap_t *heap) {
 /* A class page carves its slices an OS page or a block at a time, and a
  * page made on slices that a large block or another class's page touched
  * keeps the rest of them resident, where no other class and no other page
- * can use it (mtalloc t=2: 1.25 of its 7.2 MiB at the peak). A purge delay
- * after the first such page (heap_tails_check), or at a due purge if that
- * comes first, what each has not carved since it was made is given back;
- * carving into it later faults it in as fresh memory. Only queued pages
- * can have such a part: a parked one has carved all it holds. */
-static void heap_purge_untouched_tails(shoal_heap_t *heap) {
+ * can use it (mtalloc t=2: 1.25 of its 7.2 MiB at the peak). At a due
+ * purge, and (`idle_only`) at the tails' own check for pages that have
+ * carved nothing since the check before (heap_tails_check), what such a
+ * page has not carved since it was made is given back; carving into it
+ * later faults it in as fresh memory. Only queued pages can have such a
+ * part: a parked one has carved all it holds. */
+static void heap_purge_untouched_tails(shoal_heap_t *heap, bool idle_only) {
   if (!heap->touched_tails) return;
   heap->touched_tails = false;
   size_t os_page = os_page_size();
   for (size_t size_class = 0; size_class < CLASS_COUNT; size_class++) {
     for (shoal_page_t *page = heap->queues[size_class].first; page != NULL; page = page->next) {
       if (!page->touched_tail) continue;
+      if (idle_only && page->capacity != page->tail_capacity) {
+        page->tail_capacity = page->capacity; /* still carving: looked at again next time */
+        heap->touched_tails = true;
+        continue;
+      }
       page->touched_tail = 0;
       uintptr_t carved = (uintptr_t)page->start + (size_t)page->capacity * page->block_size;
       uintptr_t from = (carved + os_page - 1) & ~(os_page - 1);
@@ -248,14 +254,20 @@ static void heap_purge_untouched_tails(shoal_heap_t *heap) {
   }
 }
 
-/* The owner's slow paths give the touched tails back a purge delay after
- * the first of them was made, not at the heap's due purge: frees in a burst
- * put that off up to PURGE_BURST_DELAYS, and a program that starts by
- * making its pages keeps a page's worth for each meanwhile (mtalloc t=2:
- * 1 MB more for its first 100 ms, its peak). */
+/* The owner's slow paths look at the touched tails once a purge delay
+ * from the first of them, not only at the heap's due purge: frees in a
+ * burst put that off up to PURGE_BURST_DELAYS, and a program that starts
+ * by making its pages keeps a page's worth for each meanwhile (mtalloc
+ * t=2: 1 MB more for its first 100 ms, its peak). A page that carved
+ * since the last look keeps its tail till the next: it is about to carve
+ * there (mstress t=8, whose threads come and go: +6-12 % time when every
+ * tail went at the first look). */
 static void heap_tails_check(shoal_heap_t *heap) {
-  if (heap->touched_tails && heap == thread_heap && os_now_ms() >= heap->tails_purge_at_ms)
-    heap_purge_untouched_tails(heap);
+  if (!heap->touched_tails || heap != thread_heap) return;
+  int64_t now = os_now_ms();
+  if (now < heap->tails_purge_at_ms) return;
+  heap_purge_untouched_tails(heap, true);
+  heap->tails_purge_at_ms = now + purge_delay();
 }
 
 /* The free blocks of the heap's pool pages: those free since the last
@@ -291,7 +303,7 @@ static void heap_purge_due(shoal_heap_t *heap, int64_t now) {
     return;
   }
   *last = usage;
-  heap_purge_untouched_tails(heap);
+  heap_purge_untouched_tails(heap, false);
   heap_pool_purge(heap, false);
   if (!contended && now - heap->page_freed_ms >= 2 * delay)
     segment_purge_heap(heap);
@@ -824,6 +836,7 @@ static shoal_page_t *heap_fresh_page(shoal_heap_t *heap, uint8_t size_class) {
     }
   }
   page_extend(page);
+  page->tail_capacity = page->capacity;
   heap_queue_push(heap, page);
   return page;
 }
@@ -1547,7 +1560,7 @@ void heap_collect(shoal_heap_t *heap, bool force) {
       pool_purge(page, true);
   }
   if (force) {
-    heap_purge_untouched_tails(heap);
+    heap_purge_untouched_tails(heap, false);
     segment_purge_heap(heap);
     huge_cache_trim(true);
   } else {

@@ -280,6 +280,7 @@ typedef struct shoal_page_s {
    * next_notified. */
   _Atomic(uintptr_t) xthread_free cache_aligned;
   struct shoal_page_s *next_notified;
+  uint32_t tail_capacity; /* (owner) capacity at the last look at its touched tail (heap.c) */
 } cache_aligned shoal_page_t;
 
 /* Page flags. PAGE_REPARKED and PAGE_BORROWED go with PAGE_FULL: parked

@@ -1237,7 +1237,9 @@ static size_t size_of_an_empty_class(void) {
 }
 
 /* The same page's tail goes at the owner's first slow path a purge delay
- * after it was made, with no due purge and no collect: not before. */
+ * after it was made, with no due purge and no collect: not before, and
+ * not while the page carves (a delay more from each look that finds it
+ * carved since the one before). */
 static void *page_tail_after_delay(void *arg) {
   (void)arg;
   long purge_delay_option = shoal_option_get(SHOAL_OPTION_PURGE_DELAY);
@@ -1258,21 +1260,30 @@ static void *page_tail_after_delay(void *arg) {
   CHECK(heap->touched_tails && heap->tails_purge_at_ms > os_now_ms());
   void *before = shoal_malloc(size_of_an_empty_class()); /* within the delay: kept */
   CHECK(before != NULL && page->touched_tail);
+  uint8_t *second = shoal_malloc(size); /* the page carves again */
+  CHECK(second != NULL && segment_page_of(segment_of(second), second) == page);
+  CHECK(page->capacity == 2);
+  memset(second, 0x44, size);
   heap->tails_purge_at_ms = os_now_ms(); /* the delay has passed */
+  void *carving = shoal_malloc(size_of_an_empty_class());
+  CHECK(carving != NULL && page->touched_tail && heap->tails_purge_at_ms > os_now_ms());
+  heap->tails_purge_at_ms = os_now_ms(); /* another delay, nothing carved */
   void *after = shoal_malloc(size_of_an_empty_class());
   CHECK(after != NULL && !page->touched_tail);
-  for (size_t i = 0; i < size; i++) CHECK(first[i] == 0x33);
+  for (size_t i = 0; i < size; i++) CHECK(first[i] == 0x33 && second[i] == 0x44);
 #ifdef __linux__
   int pagemap = open("/proc/self/pagemap", O_RDONLY);
   if (pagemap >= 0) {
-    uint8_t *tail = (uint8_t *)(((uintptr_t)first + size + 4095) & ~(uintptr_t)4095);
+    uint8_t *tail = (uint8_t *)(((uintptr_t)second + size + 4095) & ~(uintptr_t)4095);
     uint8_t *end = page->start + (size_t)page->slice_count * SLICE_SIZE;
     for (uint8_t *at = tail; at < end; at += 4096) CHECK(!page_written(pagemap, at));
     close(pagemap);
   }
 #endif
   shoal_free(after);
+  shoal_free(carving);
   shoal_free(before);
+  shoal_free(second);
   shoal_free(first);
   shoal_free(keep);
   shoal_option_set(SHOAL_OPTION_PURGE_DELAY, purge_delay_option);
