@@ -280,7 +280,10 @@ typedef struct shoal_page_s {
    * next_notified. */
   _Atomic(uintptr_t) xthread_free cache_aligned;
   struct shoal_page_s *next_notified;
-  uint32_t tail_capacity; /* (owner) capacity at the last look at its touched tail (heap.c) */
+  /* (owner) capacity at the last look at its touched tail (heap.c,
+   * heap_tails_check): written once a purge delay at most, so on this
+   * line, which has the room, not on the owner's full ones. */
+  uint32_t tail_capacity;
 } cache_aligned shoal_page_t;
 
 /* Page flags. PAGE_REPARKED and PAGE_BORROWED go with PAGE_FULL: parked

@@ -1177,20 +1177,33 @@ static void test_populate_ahead(void) {
  * until a due purge or a collect, which gives back what the page has not
  * carved and leaves its block intact. Carving on, the page serves that
  * memory again as fresh. */
-static void *page_on_touched_slices(void *arg) {
-  (void)arg;
-  size_t large = 8 * SLICE_SIZE, size = 3000;
-  void *keep = shoal_malloc(64); /* the segment stays the heap's when the large block goes */
+enum { TOUCHED_PAGE_BLOCK = 3000 };
+
+/* A large block written and freed, then the first block of a class page
+ * made on its slices, written with 0x33; `keep` keeps the segment the
+ * heap's when the large block goes. */
+static shoal_page_t *page_made_on_touched_slices(void **keep, uint8_t **first) {
+  size_t large = 8 * SLICE_SIZE;
+  *keep = shoal_malloc(64);
   uint8_t *big = shoal_malloc(large);
-  CHECK(big != NULL);
+  CHECK(*keep != NULL && big != NULL);
   memset(big, 0x5a, large);
   shoal_segment_t *segment = segment_of(big);
   shoal_free(big);
-  uint8_t *first = shoal_malloc(size);
-  CHECK(first != NULL && segment_of(first) == segment);
-  shoal_page_t *page = segment_page_of(segment, first);
+  *first = shoal_malloc(TOUCHED_PAGE_BLOCK);
+  CHECK(*first != NULL && segment_of(*first) == segment);
+  shoal_page_t *page = segment_page_of(segment, *first);
   CHECK(page->touched_tail && page->capacity == 1);
-  memset(first, 0x33, size);
+  memset(*first, 0x33, TOUCHED_PAGE_BLOCK);
+  return page;
+}
+
+static void *page_on_touched_slices(void *arg) {
+  (void)arg;
+  size_t size = TOUCHED_PAGE_BLOCK;
+  void *keep;
+  uint8_t *first;
+  shoal_page_t *page = page_made_on_touched_slices(&keep, &first);
   uint8_t *tail = (uint8_t *)(((uintptr_t)first + size + 4095) & ~(uintptr_t)4095);
   uint8_t *end = page->start + (size_t)page->slice_count * SLICE_SIZE;
   shoal_stats_t before;
@@ -1244,18 +1257,10 @@ static void *page_tail_after_delay(void *arg) {
   (void)arg;
   long purge_delay_option = shoal_option_get(SHOAL_OPTION_PURGE_DELAY);
   shoal_option_set(SHOAL_OPTION_PURGE_DELAY, 60 * 1000); /* no delay passes on its own */
-  size_t large = 8 * SLICE_SIZE, size = 3000;
-  void *keep = shoal_malloc(64);
-  uint8_t *big = shoal_malloc(large);
-  CHECK(big != NULL);
-  memset(big, 0x5a, large);
-  shoal_segment_t *segment = segment_of(big);
-  shoal_free(big);
-  uint8_t *first = shoal_malloc(size);
-  CHECK(first != NULL && segment_of(first) == segment);
-  shoal_page_t *page = segment_page_of(segment, first);
-  CHECK(page->touched_tail && page->capacity == 1);
-  memset(first, 0x33, size);
+  size_t size = TOUCHED_PAGE_BLOCK;
+  void *keep;
+  uint8_t *first;
+  shoal_page_t *page = page_made_on_touched_slices(&keep, &first);
   shoal_heap_t *heap = thread_heap;
   CHECK(heap->touched_tails && heap->tails_purge_at_ms > os_now_ms());
   void *before = shoal_malloc(size_of_an_empty_class()); /* within the delay: kept */
