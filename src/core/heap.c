@@ -262,10 +262,8 @@ static void heap_purge_untouched_tails(shoal_heap_t *heap, bool idle_only) {
  * since the last look keeps its tail till the next: it is about to carve
  * there (mstress t=8, whose threads come and go: +6-12 % time when every
  * tail went at the first look). */
-static void heap_tails_check(shoal_heap_t *heap) {
-  if (!heap->touched_tails || heap != thread_heap) return;
-  int64_t now = os_now_ms();
-  if (now < heap->tails_purge_at_ms) return;
+static void heap_tails_check(shoal_heap_t *heap, int64_t now) {
+  if (!heap->touched_tails || heap != thread_heap || now < heap->tails_purge_at_ms) return;
   heap_purge_untouched_tails(heap, true);
   heap->tails_purge_at_ms = now + purge_delay();
 }
@@ -312,8 +310,8 @@ static void heap_purge_due(shoal_heap_t *heap, int64_t now) {
 }
 
 static void heap_maybe_purge(shoal_heap_t *heap) {
-  heap_tails_check(heap);
   int64_t now = os_now_ms();
+  heap_tails_check(heap, now);
   int64_t purge_at = atomic_load_explicit(&heap->purge_at_ms, memory_order_relaxed);
   if (purge_at != 0 && now >= purge_at)
     heap_purge_due(heap, now);
@@ -980,7 +978,7 @@ static void class_cache_reset(shoal_heap_t *heap, uint8_t size_class) {
  * parked or retired (queue_remove), or the class's next slow path. */
 static shoal_page_t *heap_find_page(shoal_heap_t *heap, uint8_t size_class, bool may_borrow) {
   heap_drain_notified(heap);
-  heap_tails_check(heap);
+  if (unlikely(heap->touched_tails)) heap_tails_check(heap, os_now_ms());
   shoal_page_t *cache = &heap->class_cache[size_class];
   if (cache->free != NULL) {
     cache->size_class = size_class; /* its own class's: aligned requests may take it */

@@ -1172,11 +1172,6 @@ static void test_populate_ahead(void) {
 
 /* ---- a page on touched slices gives back what it has not carved ---- */
 
-/* A large block writes its slices and frees them; the class page made next
- * takes touched slices first and carves one block: the rest stays resident
- * until a due purge or a collect, which gives back what the page has not
- * carved and leaves its block intact. Carving on, the page serves that
- * memory again as fresh. */
 enum { TOUCHED_PAGE_BLOCK = 3000 };
 
 /* A large block written and freed, then the first block of a class page
@@ -1198,6 +1193,11 @@ static shoal_page_t *page_made_on_touched_slices(void **keep, uint8_t **first) {
   return page;
 }
 
+/* A large block writes its slices and frees them; the class page made next
+ * takes touched slices first and carves one block: the rest stays resident
+ * until a due purge or a collect, which gives back what the page has not
+ * carved and leaves its block intact. Carving on, the page serves that
+ * memory again as fresh. */
 static void *page_on_touched_slices(void *arg) {
   (void)arg;
   size_t size = TOUCHED_PAGE_BLOCK;
