@@ -141,7 +141,7 @@ typedef enum shoal_option_e {
   SHOAL_OPTION_LEAKS_SAMPLE,     /* SHOAL_LEAKS: one sample per this many bytes */
   SHOAL_OPTION_CHECK_QUARANTINE, /* SHOAL_CHECK: bytes of freed blocks held back */
   SHOAL_OPTION_HUGE_PAGES,       /* 1: back huge blocks with transparent huge pages */
-  SHOAL_OPTION_MEDIUM_POOL,      /* 1: plain 1-16 KiB blocks from a coalescing pool */
+  SHOAL_OPTION_MEDIUM_POOL,      /* plain blocks from a coalescing pool: 0, 1 (1-32 KiB), 2 */
   SHOAL_OPTION_COUNT
 } shoal_option_t;
 

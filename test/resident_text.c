@@ -5,8 +5,8 @@
  * so a library whose common code lies spread over its text is resident
  * whole: 132 KiB, for some 48 KiB a process runs. The build gathers those
  * functions (cmake/hot-text.ld, written by tools/hot-text.py) into a
- * segment of their own, and the rest, the diagnostics, the medium pool and
- * the reports of bad input, in another that a common process never
+ * segment of their own, and the rest, the diagnostics, the reports of bad
+ * input and the rarer paths, in another that a common process never
  * touches. This program goes along the common paths (every size range,
  * calloc, realloc across the ranges, the aligned family, threads that free
  * each other's blocks and exit, fork) and then reads, from

@@ -5,8 +5,8 @@ run, which the build links into one segment of their own.
 The kernel maps the pages of a file 64 KiB around each fault, within the
 mapping; with the common code spread over the library's text, every page of
 it was resident in every process (132 KiB, where a process runs some 48).
-Gathered into a segment (a mapping) of its own, the rest (diagnostics, the
-medium pool, reports of bad input) is never mapped in a common process. The
+Gathered into a segment (a mapping) of its own, the rest (diagnostics,
+reports of bad input, the rarer paths) is never mapped in a common process. The
 same script starts new segments before the unwind tables and before .data
 (see its header).
 

@@ -211,7 +211,8 @@ static void free_huge(shoal_segment_t *segment, shoal_block_t *block, const void
 
 /* A block of a pool page (its header checked): its owner's free joins it
  * with its neighbours; another thread's marks it with the free key, as a
- * class block's, and sends it home. */
+ * class block's, and sends it home, and the owner's next requests go to
+ * the classes (size_is_pooled). */
 static void free_pool_block(shoal_page_t *page, void *p, size_t size_hint) {
   pool_block_t block = pool_block_of(page, p);
   if (block.is_free || ((shoal_block_t *)p)->key == free_key) {
@@ -227,6 +228,9 @@ static void free_pool_block(shoal_page_t *page, void *p, size_t size_hint) {
     heap_pool_free(heap, page, p, block.size_class);
     return;
   }
+  shoal_heap_t *owner = (shoal_heap_t *)atomic_load_explicit(&page->owner, memory_order_relaxed);
+  if (owner != NULL && !atomic_load_explicit(&owner->pool_shunned, memory_order_relaxed))
+    atomic_store_explicit(&owner->pool_shunned, true, memory_order_relaxed);
   if (unlikely(heap == &heap_empty)) heap = heap_of_freeing_thread();
   free_remote(heap, page, p, block.size_class, block.usable);
 }
@@ -423,7 +427,13 @@ static void *realloc_move(void *p, size_t usable, size_t size, caller_t caller) 
   }
   void *fresh = NULL;
   if (size > usable) fresh = alloc_growable(realloc_target(usable, size), caller);
-  if (fresh == NULL) fresh = alloc_fast(size, caller);
+  /* Not from the pool: a buffer that realloc moves changes size again, and
+   * in the pool it leaves holes as it goes (mtrealloc, growing and
+   * shrinking buffers up to 48 KiB: +11 % peak RSS). */
+  if (fresh == NULL)
+    fresh = size > DIRECT_MAX && size <= POOL_MAX
+                ? alloc_fast_then(size, caller, alloc_generic_exact)
+                : alloc_fast(size, caller);
   if (fresh == NULL) return NULL;
   memcpy(fresh, p, size < usable ? size : usable);
   free_fast(p, 0, caller);

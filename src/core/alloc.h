@@ -102,15 +102,14 @@ fast_path void *medium_borrow(shoal_heap_t *heap, uint8_t size_class) {
  * other page of the class and no remote free may hold a block, a
  * neighbour's free block (`may_borrow`: medium_borrow) or the page's next
  * never-used block (page_bump). NULL: the slow path's turn. A plain
- * request up to POOL_MAX goes to the heap's pool instead while
- * SHOAL_MEDIUM_POOL is set. */
+ * request that size_is_pooled goes to the heap's pool instead. */
 fast_path void *alloc_slow_pop(shoal_heap_t *heap, size_t size, bool may_borrow) {
   if (size <= DIRECT_MAX) {
     shoal_page_t *page = heap->direct_page[(size + WORD_SIZE - 1) / WORD_SIZE];
     return may_borrow && page_collect_queued(page) ? page_pop(heap, page) : NULL;
   }
   if (likely(size <= MEDIUM_MAX)) {
-    if (may_borrow && unlikely(size_is_pooled(size)) && heap != &heap_empty)
+    if (may_borrow && unlikely(size_is_pooled(heap, size)) && heap != &heap_empty)
       return heap_pool_malloc(heap, size); /* SHOAL_MEDIUM_POOL */
     uint8_t size_class = size_class_of_large(size);
     shoal_page_t *cache = &heap->class_cache[size_class];

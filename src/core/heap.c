@@ -1341,10 +1341,10 @@ static void *heap_malloc_slow_as(shoal_heap_t *heap, size_t size, bool may_borro
   heap_slow_enter(heap);
   if (unlikely(atomic_load_explicit(&others_purge_at_ms, memory_order_relaxed) != 0))
     heap_maybe_purge(heap);
-  void *block = may_borrow && size_is_pooled(size) ? heap_pool_malloc(heap, size)
-                : size <= MEDIUM_MAX               ? heap_malloc_medium(heap, size, may_borrow)
-                : size > PTRDIFF_MAX               ? out_of_memory()
-                                                   : heap_malloc_large(heap, size, 0);
+  void *block = may_borrow && size_is_pooled(heap, size) ? heap_pool_malloc(heap, size)
+                : size <= MEDIUM_MAX ? heap_malloc_medium(heap, size, may_borrow)
+                : size > PTRDIFF_MAX ? out_of_memory()
+                                     : heap_malloc_large(heap, size, 0);
   heap_slow_exit(heap);
   return block;
 }
@@ -1388,6 +1388,10 @@ static void heap_take_over(shoal_heap_t *heap) {
     heap->chains_in_window = heap->owner_changes_in_window = 0;
     heap->frees_for_many_heaps = false;
   }
+  /* So is who frees its blocks (the dead thread's, freed by others since,
+   * shun the pool again). */
+  if (atomic_load_explicit(&heap->pool_shunned, memory_order_relaxed))
+    atomic_store_explicit(&heap->pool_shunned, false, memory_order_relaxed);
   heap_slow_exit(heap);
 }
 

@@ -196,9 +196,22 @@ static inline unsigned borrow_reach(unsigned size_class) {
  * few medium blocks spread over a big page's holes (quick bench with the
  * pool, peak RSS: mtalloc, mstress, larson, prodcons 1:1 7-16 % lower). */
 #define POOL_SLICES 1
-/* The largest plain request the pool serves; above, up to MEDIUM_MAX, the
- * classes. */
-#define POOL_MAX (16 * 1024)
+/* The largest plain request the pool serves. */
+#define POOL_MAX MEDIUM_MAX
+/* SHOAL_MEDIUM_POOL's values. By default (POOL_UPPER) the pool serves the
+ * plain requests above POOL_UPPER_MIN of a thread whose pool blocks no
+ * other thread has freed. Each class up to there holds a page's worth of
+ * blocks for a few live ones, and above it a page holds only a few blocks:
+ * a thread with a handful of them in each of the 16 classes from 8 to 32
+ * KiB kept every class at its own highest count (mtalloc, full, peak RSS:
+ * the pool takes 9-12 % off at 2-32 threads, times level). Below 8 KiB the
+ * pool's own work per block costs more than the classes' pop (mtalloc's
+ * 4-8 KiB blocks alone: +25 % time), and a block freed by another thread
+ * makes the pool's slower paths the common ones (rptest, whose frees are
+ * all remote: +20-30 % time): such a heap goes back to the classes for
+ * good (its pool_shunned). POOL_ALL pools every medium request, always. */
+enum { POOL_OFF = 0, POOL_ALL = 1, POOL_UPPER = 2 };
+#define POOL_UPPER_MIN (8 * 1024)
 /* A pool page's nominal block size, for the outbox, which sends a page's
  * gathered blocks home once they count OUTBOX_BYTES. */
 #define POOL_NOMINAL_BLOCK DIRECT_MAX
@@ -491,6 +504,9 @@ typedef struct shoal_heap_s {
   _Atomic(shoal_page_t *) notified cache_aligned; /* (atomic) full pages that got remote frees */
   _Atomic(size_t) notified_slices;                /* (atomic) their slices, about: a drain resets */
   _Atomic(int) state;                             /* (atomic) heap_state_t */
+  /* (atomic) Set by another thread freeing one of its pool blocks: from then on
+   * POOL_UPPER leaves this heap's requests to the classes (size_is_pooled). */
+  _Atomic(bool) pool_shunned;
   /* The sparse part, past the first OS page (heaps are carved page-aligned,
    * arena.c): a thread writes here only when it frees other threads'
    * blocks or its own medium ones, and then only the entries of their
@@ -767,13 +783,16 @@ void heap_queue_push_back(shoal_heap_t *heap, shoal_page_t *page);
 shoal_page_t *heap_queue_rotate(shoal_heap_t *heap, uint8_t size_class);
 void heap_page_retire(shoal_heap_t *heap, shoal_page_t *page);
 void heap_drain_notified(shoal_heap_t *heap);
-/* The medium pool (heap.c, over pool.c): plain requests above DIRECT_MAX
- * up to POOL_MAX while SHOAL_MEDIUM_POOL is set. heap_pool_malloc: NULL
+/* The medium pool (heap.c, over pool.c): the plain requests that
+ * SHOAL_MEDIUM_POOL gives it (POOL_UPPER, above). heap_pool_malloc: NULL
  * with errno ENOMEM; heap_pool_free and heap_pool_grow: the owner's free
  * (of a block of the request class its header gave) and in-place growth of
  * a block whose header checked (false: copy). */
-static inline bool size_is_pooled(size_t size) {
-  return size > DIRECT_MAX && size <= POOL_MAX && option(SHOAL_OPTION_MEDIUM_POOL) != 0;
+static inline bool size_is_pooled(const shoal_heap_t *heap, size_t size) {
+  if (size <= DIRECT_MAX || size > POOL_MAX) return false;
+  long mode = option(SHOAL_OPTION_MEDIUM_POOL);
+  return mode == POOL_ALL || (mode == POOL_UPPER && size > POOL_UPPER_MIN &&
+                              !atomic_load_explicit(&heap->pool_shunned, memory_order_relaxed));
 }
 void *heap_pool_malloc(shoal_heap_t *heap, size_t size);
 void heap_pool_free(shoal_heap_t *heap, shoal_page_t *page, void *p, uint8_t size_class);

@@ -43,9 +43,11 @@ static const option_descriptor_t descriptors[SHOAL_OPTION_COUNT] = {
         {"HUGE_PAGES", 1, OPTION_BOOL,
          "back huge blocks (over 960 KiB) that malloc or realloc hands out with "
          "transparent huge pages where the system allows them"},
-    [SHOAL_OPTION_MEDIUM_POOL] = {"MEDIUM_POOL", 0, OPTION_BOOL,
-                                  "cut plain requests of 1-16 KiB from a per-thread pool that "
-                                  "joins freed neighbours (leaner, slower)"},
+    [SHOAL_OPTION_MEDIUM_POOL] = {"MEDIUM_POOL", POOL_UPPER, OPTION_NUMBER,
+                                  "cut plain requests from a per-thread pool that joins freed "
+                                  "neighbours: 0 never, 1 all of 1-32 KiB (leaner, slower), "
+                                  "2 those of 8-32 KiB of a thread whose pool blocks no other "
+                                  "thread frees"},
 };
 
 _Atomic(long) option_values[SHOAL_OPTION_COUNT];

@@ -1,8 +1,10 @@
-/* pool.c — a heap's medium blocks (plain requests above DIRECT_MAX, up to
- * POOL_MAX), cut to size out of pool pages and joined with their free
- * neighbours when freed, while SHOAL_MEDIUM_POOL is set. Off by default:
- * it costs time where it saves memory, and loses both where threads free
- * each other's medium blocks (bench/README.md has the figures).
+/* pool.c — a heap's medium blocks (the plain requests SHOAL_MEDIUM_POOL
+ * gives it: by default those above POOL_UPPER_MIN up to POOL_MAX of a
+ * thread whose pool blocks no other thread frees, internal.h says why),
+ * cut to size out of pool pages and joined with their free neighbours when
+ * freed. Over every medium size it costs time where it saves memory, and
+ * loses both where threads free each other's medium blocks
+ * (bench/README.md has the figures).
  *
  * Why not a page per size class, as below DIRECT_MAX: some 40 classes lie
  * in that range, and each class page stays resident to the most blocks its

@@ -1360,6 +1360,9 @@ static void test_class_slices_again(void) {
 }
 
 int main(void) {
+  /* The classes' own paths: no request of theirs goes to the medium pool
+   * (unit_pool and test/medium_pool.c test that). */
+  shoal_option_set(SHOAL_OPTION_MEDIUM_POOL, POOL_OFF);
   test_populate_ahead(); /* first: the process holds little yet */
   test_heap_one_page();
   test_class_slices_again();

@@ -1,5 +1,5 @@
 /* The medium pool (SHOAL_MEDIUM_POOL=1) seen from inside: plain requests of
- * 1-16 KiB are cut from pool pages to the request rounded to 16 bytes, with
+ * 1-32 KiB are cut from pool pages to the request rounded to 16 bytes, with
  * their contents kept; freed neighbours join, so a page whose blocks are all
  * freed holds one free block again; realloc grows a block in place over a
  * free neighbour; another thread's frees come home and join at the owner's
@@ -52,9 +52,10 @@ static void *cut_to_size(void *arg) {
     CHECK(filled(blocks[i], sizes[i], (uint8_t)(i + 1)));
     shoal_free(blocks[i]);
   }
-  /* Above POOL_MAX, and aligned requests: the classes, as without the pool. */
+  /* Above POOL_MAX a large block, and aligned requests the classes, as
+   * without the pool. */
   void *above = shoal_malloc(POOL_MAX + 1);
-  CHECK(page_of(above)->size_class < CLASS_COUNT);
+  CHECK(page_of(above)->size_class == CLASS_LARGE);
   void *aligned = NULL;
   CHECK(shoal_posix_memalign(&aligned, 64, 3000) == 0 && (uintptr_t)aligned % 64 == 0);
   CHECK(page_of(aligned)->size_class < CLASS_COUNT);
