@@ -96,7 +96,7 @@ type
     soLeaksSample,    { SHOAL_LEAKS: one sample per this many bytes }
     soCheckQuarantine, { SHOAL_CHECK: bytes of freed blocks held back }
     soHugePages,      { 1: back huge blocks with transparent huge pages }
-    soMediumPool      { 1: plain 1-16 KiB blocks from a coalescing pool }
+    soMediumPool      { plain blocks from a coalescing pool: 0, 1 (1-32 KiB), 2 }
   );
 
 { True when this unit installed shoal as the memory manager. }
