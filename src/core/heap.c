@@ -1388,8 +1388,8 @@ static void heap_take_over(shoal_heap_t *heap) {
     heap->chains_in_window = heap->owner_changes_in_window = 0;
     heap->frees_for_many_heaps = false;
   }
-  /* So is who frees its blocks (the dead thread's, freed by others since,
-   * shun the pool again). */
+  /* And whether other threads free its pool blocks: the dead thread's,
+   * freed by others from now on, turn the pool off again. */
   if (atomic_load_explicit(&heap->pool_shunned, memory_order_relaxed))
     atomic_store_explicit(&heap->pool_shunned, false, memory_order_relaxed);
   heap_slow_exit(heap);
