@@ -200,16 +200,16 @@ static inline unsigned borrow_reach(unsigned size_class) {
 #define POOL_MAX MEDIUM_MAX
 /* SHOAL_MEDIUM_POOL's values. By default (POOL_UPPER) the pool serves the
  * plain requests above POOL_UPPER_MIN of a thread whose pool blocks no
- * other thread has freed. Each class up to there holds a page's worth of
- * blocks for a few live ones, and above it a page holds only a few blocks:
- * a thread with a handful of them in each of the 16 classes from 8 to 32
- * KiB kept every class at its own highest count (mtalloc, full, peak RSS:
- * the pool takes 9-12 % off at 2-32 threads, times level). Below 8 KiB the
+ * other thread has freed. Above 8 KiB a class page holds only a few
+ * blocks, and a thread with a handful of them in each of the 16 classes up
+ * to 32 KiB kept every class at its own highest count (mtalloc, full, peak
+ * RSS: the pool takes 9-12 % off at 2-32 threads, times level). Below, the
  * pool's own work per block costs more than the classes' pop (mtalloc's
  * 4-8 KiB blocks alone: +25 % time), and a block freed by another thread
  * makes the pool's slower paths the common ones (rptest, whose frees are
  * all remote: +20-30 % time): such a heap goes back to the classes for
- * good (its pool_shunned). POOL_ALL pools every medium request, always. */
+ * the rest of its thread's life (its pool_shunned). POOL_ALL pools every
+ * medium request, always. */
 enum { POOL_OFF = 0, POOL_ALL = 1, POOL_UPPER = 2 };
 #define POOL_UPPER_MIN (8 * 1024)
 /* A pool page's nominal block size, for the outbox, which sends a page's
