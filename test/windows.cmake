@@ -44,7 +44,14 @@ shoal_windows_test(threads threads)
 shoal_windows_test(stress threads)
 shoal_windows_test(purge threads)
 shoal_windows_test(stats_threads threads)
-# The same programs with the medium pool on (SHOAL_MEDIUM_POOL, off by default).
+# Which requests the medium pool serves, under each SHOAL_MEDIUM_POOL value.
+shoal_windows_test(medium_pool threads)
+foreach(mode 0 1)
+  add_test(NAME medium_pool_${mode} COMMAND test_medium_pool)
+  set_tests_properties(medium_pool_${mode} PROPERTIES LABELS "windows;threads" TIMEOUT 300
+                       ENVIRONMENT "SHOAL_MEDIUM_POOL=${mode}")
+endforeach()
+# The same programs with the medium pool over every medium size (SHOAL_MEDIUM_POOL=1).
 foreach(name api stress threads)
   add_test(NAME ${name}_pool COMMAND test_${name})
   get_test_property(${name} LABELS labels)
