@@ -224,11 +224,11 @@ static void free_pool_block(shoal_page_t *page, void *p, size_t size_hint) {
     return;
   }
   shoal_heap_t *heap = thread_heap;
-  if (atomic_load_explicit(&page->owner, memory_order_relaxed) == (uintptr_t)heap) {
+  shoal_heap_t *owner = (shoal_heap_t *)atomic_load_explicit(&page->owner, memory_order_relaxed);
+  if (owner == heap) {
     heap_pool_free(heap, page, p, block.size_class);
     return;
   }
-  shoal_heap_t *owner = (shoal_heap_t *)atomic_load_explicit(&page->owner, memory_order_relaxed);
   if (owner != NULL && !atomic_load_explicit(&owner->pool_shunned, memory_order_relaxed))
     atomic_store_explicit(&owner->pool_shunned, true, memory_order_relaxed);
   if (unlikely(heap == &heap_empty)) heap = heap_of_freeing_thread();

@@ -1390,8 +1390,7 @@ static void heap_take_over(shoal_heap_t *heap) {
   }
   /* And whether other threads free its pool blocks: the dead thread's,
    * freed by others from now on, turn the pool off again. */
-  if (atomic_load_explicit(&heap->pool_shunned, memory_order_relaxed))
-    atomic_store_explicit(&heap->pool_shunned, false, memory_order_relaxed);
+  atomic_store_explicit(&heap->pool_shunned, false, memory_order_relaxed);
   heap_slow_exit(heap);
 }
 
