@@ -16,8 +16,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "shoal.h"
-#include "testhelper.h"
+#include "guest_test.h"
 
 enum {
   BLOCK_BYTES = 1000,
@@ -65,10 +64,7 @@ static void *lender_run(void *argument) {
   shoal_collect(false);
   pthread_barrier_wait(&step); /* 3: B frees the rest and gives its pages back */
   pthread_barrier_wait(&step); /* 4: A takes them */
-  shoal_collect(false);
-  shoal_stats_t stats = shoal_stats();
-  CHECK_CTX(stats.pages <= pages_before_b, "%zu pages after B gave its pages back, %zu before B",
-            (size_t)stats.pages, pages_before_b);
+  check_pages_given_back(pages_before_b);
   for (size_t i = 1; i < A_BLOCKS; i++) {
     blocks[i] = shoal_malloc(BLOCK_BYTES);
     CHECK(blocks[i] != NULL);
@@ -98,12 +94,8 @@ static void *borrower_run(void *argument) {
     check_filled(b_blocks[i], i, "before the borrower freed it");
     shoal_free(b_blocks[i]);
   }
-  /* A double free of a block of a borrowed page is still one: ignored (its
-   * line on stderr), the block is not handed out twice after it. */
-  shoal_option_set(SHOAL_OPTION_ABORT_ON_ERROR, 0);
-  fprintf(stderr, "guest_pages: a double free on purpose, whose report follows\n");
-  shoal_free(b_blocks[1]);
-  shoal_option_set(SHOAL_OPTION_ABORT_ON_ERROR, 1);
+  /* Ignored, the block is not handed out twice after it. */
+  double_free_on_purpose("guest_pages", b_blocks[1]);
   check_handed_out_once(shoal_malloc, shoal_free, BLOCK_BYTES, 2 * 64);
   shoal_collect(true);
   pthread_barrier_wait(&step); /* 4 */
@@ -111,15 +103,5 @@ static void *borrower_run(void *argument) {
 }
 
 int main(void) {
-  shoal_option_set(SHOAL_OPTION_PURGE_DELAY, 3600L * 1000); /* free slices stay resident */
-  shoal_collect(true);
-  CHECK(pthread_barrier_init(&step, NULL, 2) == 0);
-  pthread_t lender, borrower;
-  CHECK(pthread_create(&lender, NULL, lender_run, NULL) == 0);
-  CHECK(pthread_create(&borrower, NULL, borrower_run, NULL) == 0);
-  CHECK(pthread_join(borrower, NULL) == 0);
-  CHECK(pthread_join(lender, NULL) == 0);
-  pthread_barrier_destroy(&step);
-  printf("guest_pages: all checks passed\n");
-  return 0;
+  return run_lender_and_borrower("guest_pages", &step, lender_run, borrower_run);
 }

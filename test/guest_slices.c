@@ -17,14 +17,12 @@
  *      large block is reported; every block keeps its contents until its
  *      free;
  *   7. B gives its empty pages back (shoal_collect), A drains them: the page
- *      count is back where it was, and A's large blocks fit in its segments
- *      again without a new one.
+ *      count is back where it was, and A's large blocks lie in its own
+ *      segments again.
  * The shoal_ names are used so TSan runs check shoal, not TSan's allocator. */
 #include <pthread.h>
-#include <stdatomic.h>
 
-#include "shoal.h"
-#include "testhelper.h"
+#include "guest_test.h"
 
 enum {
   LARGE_BYTES = 40 * 1024, /* one 64 KiB slice */
@@ -71,6 +69,18 @@ static void check_filled(const void *p, size_t bytes, size_t i, const char *when
   CHECK_CTX(at[bytes - 1] == tag_of(i), "block %zu lost its last byte %s", i, when);
 }
 
+/* B's large and pool blocks from `first` on, every other one, each checked. */
+static void free_every_other(size_t first, const char *when) {
+  for (size_t i = first; i < B_LARGE; i += 2) {
+    check_filled(b_large[i], LARGE_BYTES, i, when);
+    shoal_free(b_large[i]);
+  }
+  for (size_t i = first; i < B_POOL; i += 2) {
+    check_filled(b_pool[i], POOL_BYTES, i, when);
+    shoal_free(b_pool[i]);
+  }
+}
+
 static void *lender_run(void *argument) {
   (void)argument;
   pthread_barrier_wait(&step); /* 1: B has its segment */
@@ -94,21 +104,11 @@ static void *lender_run(void *argument) {
   for (size_t i = 0; i < A_POOL; i++) shoal_free(pool[i]);
   pthread_barrier_wait(&step); /* 2: B borrows */
   pthread_barrier_wait(&step); /* 3: A frees half of B's blocks */
-  for (size_t i = 0; i < B_LARGE; i += 2) {
-    check_filled(b_large[i], LARGE_BYTES, i, "before the lender freed it");
-    shoal_free(b_large[i]);
-  }
-  for (size_t i = 0; i < B_POOL; i += 2) {
-    check_filled(b_pool[i], POOL_BYTES, i, "before the lender freed it");
-    shoal_free(b_pool[i]);
-  }
+  free_every_other(0, "before the lender freed it");
   shoal_collect(false);        /* home before B gives its pages back */
   pthread_barrier_wait(&step); /* 4: B frees the rest and gives its pages back */
   pthread_barrier_wait(&step); /* 5: A takes them */
-  shoal_collect(false);
-  shoal_stats_t stats = shoal_stats();
-  CHECK_CTX(stats.pages <= pages_before_b, "%zu pages after B gave its pages back, %zu before B",
-            (size_t)stats.pages, pages_before_b);
+  check_pages_given_back(pages_before_b);
   for (size_t i = 0; i < A_LARGE; i++) {
     large[i] = shoal_malloc(LARGE_BYTES);
     CHECK(large[i] != NULL);
@@ -156,23 +156,11 @@ static void *borrower_run(void *argument) {
 
   pthread_barrier_wait(&step); /* 3 */
   pthread_barrier_wait(&step); /* 4 */
-  for (size_t i = 1; i < B_LARGE; i += 2) {
-    check_filled(b_large[i], LARGE_BYTES, i, "before the borrower freed it");
-    shoal_free(b_large[i]);
-  }
-  for (size_t i = 1; i < B_POOL; i += 2) {
-    check_filled(b_pool[i], POOL_BYTES, i, "before the borrower freed it");
-    shoal_free(b_pool[i]);
-  }
+  free_every_other(1, "before the borrower freed it");
   check_filled(b_aligned, LARGE_BYTES, 99, "before the borrower freed it");
   CHECK(shoal_owns(b_aligned));
   shoal_free(b_aligned);
-  /* A double free of a borrowed large block is still one: reported and
-   * ignored (its line on stderr). */
-  shoal_option_set(SHOAL_OPTION_ABORT_ON_ERROR, 0);
-  fprintf(stderr, "guest_slices: a double free on purpose, whose report follows\n");
-  shoal_free(b_large[3]);
-  shoal_option_set(SHOAL_OPTION_ABORT_ON_ERROR, 1);
+  double_free_on_purpose("guest_slices", b_large[3]);
   shoal_free(own);
   shoal_collect(true);
   pthread_barrier_wait(&step); /* 5 */
@@ -180,15 +168,5 @@ static void *borrower_run(void *argument) {
 }
 
 int main(void) {
-  shoal_option_set(SHOAL_OPTION_PURGE_DELAY, 3600L * 1000); /* free slices stay resident */
-  shoal_collect(true);
-  CHECK(pthread_barrier_init(&step, NULL, 2) == 0);
-  pthread_t lender, borrower;
-  CHECK(pthread_create(&lender, NULL, lender_run, NULL) == 0);
-  CHECK(pthread_create(&borrower, NULL, borrower_run, NULL) == 0);
-  CHECK(pthread_join(borrower, NULL) == 0);
-  CHECK(pthread_join(lender, NULL) == 0);
-  pthread_barrier_destroy(&step);
-  printf("guest_slices: all checks passed\n");
-  return 0;
+  return run_lender_and_borrower("guest_slices", &step, lender_run, borrower_run);
 }
