@@ -464,14 +464,12 @@ static slow_path void *realloc_slow(void *p, size_t size, caller_t caller) {
       size <= LARGE_MAX &&
       atomic_load_explicit(&page->owner, memory_order_relaxed) == (uintptr_t)heap) {
     /* A large block grows into the rest of its slices, or over the free
-     * slices after it: no copy. A guest's are the lender's to give. */
+     * slices after it: no copy. */
     size_t old_bytes = page->block_size;
     size_t wanted = (size_t)((uint8_t *)p - page->start) + size;
     size_t slices = (wanted + SLICE_SIZE - 1) / SLICE_SIZE;
     heap_slow_enter(heap);
-    bool grown = slices <= page->slice_count ||
-                 (atomic_load_explicit(&page->guest, memory_order_relaxed) == 0 &&
-                  segment_page_grow(heap, page, slices));
+    bool grown = slices <= page->slice_count || segment_page_grow(heap, page, slices);
     heap_slow_exit(heap);
     if (grown) {
       page->block_size = (uint32_t)large_block_bytes(page, wanted);

@@ -1226,6 +1226,23 @@ void *heap_calloc_huge(shoal_heap_t *heap, size_t size) {
   return heap_malloc_huge(heap, size, 0, true);
 }
 
+/* A large block's or a pool page of `slices` slices, shaped by `shape`:
+ * a lender's resident ones when this heap has none of its own, else its
+ * segments' (or a new segment's). NULL: out of memory. */
+static shoal_page_t *heap_shaped_page(shoal_heap_t *heap, size_t slices, page_shape_t *shape,
+                                      const void *how) {
+  heap_retire_remotely_emptied(heap);
+  if (heap->segments == NULL) heap_reuse_others_memory(heap);
+  shoal_page_t *page = heap_lacks_resident_slices(heap, slices)
+                           ? heap_borrow_slices(heap, slices, shape, how)
+                           : NULL;
+  if (page == NULL) {
+    page = segment_page_alloc(heap, slices, CLASS_NONE);
+    if (page != NULL) shape(heap, page, how);
+  }
+  return page;
+}
+
 typedef struct large_request_s {
   size_t size, alignment;
 } large_request_t;
@@ -1256,19 +1273,11 @@ void *heap_malloc_large(shoal_heap_t *heap, size_t size, size_t alignment) {
   heap_drain_notified(heap);
   heap_maybe_purge(heap);
   size_t slices = (size + extra + SLICE_SIZE - 1) / SLICE_SIZE;
-  heap_retire_remotely_emptied(heap);
-  if (heap->segments == NULL) heap_reuse_others_memory(heap);
   large_request_t request = {size, alignment};
-  shoal_page_t *page = NULL;
-  if (heap_lacks_resident_slices(heap, slices))
-    page = heap_borrow_slices(heap, slices, large_page_shape, &request);
+  shoal_page_t *page = heap_shaped_page(heap, slices, large_page_shape, &request);
   if (page == NULL) {
-    page = segment_page_alloc(heap, slices, CLASS_NONE);
-    if (page == NULL) {
-      heap_slow_exit(heap);
-      return out_of_memory();
-    }
-    large_page_shape(heap, page, &request);
+    heap_slow_exit(heap);
+    return out_of_memory();
   }
   uint8_t *block = large_block_start(page, alignment);
   heap_park(heap, page);
@@ -1313,16 +1322,8 @@ static void pool_page_shape(shoal_heap_t *heap, shoal_page_t *page, const void *
 }
 
 static shoal_page_t *heap_pool_open_page(shoal_heap_t *heap) {
-  heap_retire_remotely_emptied(heap);
-  if (heap->segments == NULL) heap_reuse_others_memory(heap);
-  shoal_page_t *page = NULL;
-  if (heap_lacks_resident_slices(heap, POOL_SLICES))
-    page = heap_borrow_slices(heap, POOL_SLICES, pool_page_shape, NULL);
-  if (page == NULL) {
-    page = segment_page_alloc(heap, POOL_SLICES, CLASS_NONE);
-    if (page == NULL) return NULL;
-    pool_page_shape(heap, page, NULL);
-  }
+  shoal_page_t *page = heap_shaped_page(heap, POOL_SLICES, pool_page_shape, NULL);
+  if (page == NULL) return NULL;
   page_mark_parked(page);
   page_park_full(page);
   list_push_front(&heap->pool, page);

@@ -175,9 +175,11 @@ shoal_page_t *segment_page_lend(shoal_heap_t *owner, size_t slices) {
 
 /* Grow a single-block page in place over the free slices that follow it;
  * its block_size is the caller's to set. Owner only. False when they are
- * taken or the segment ends first. */
+ * taken, the segment ends first, or the segment is another heap's (a
+ * borrowed page's: its free slices are that heap's to give). */
 bool segment_page_grow(shoal_heap_t *heap, shoal_page_t *page, size_t slices) {
   shoal_segment_t *segment = segment_of(page);
+  if (atomic_load_explicit(&segment->heap, memory_order_relaxed) != heap) return false;
   size_t first = (size_t)(page - segment->pages), have = page->slice_count;
   if (first + slices > SLICES_PER_SEGMENT) return false;
   uint64_t mask = slice_mask(first + have, slices - have);
