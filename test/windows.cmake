@@ -40,6 +40,8 @@ function(shoal_windows_test name)
 endfunction()
 
 shoal_windows_test(api)
+# The program's exception table stays sorted and true with libshoal.a linked in.
+shoal_windows_test(unwind_table)
 shoal_windows_test(threads threads)
 shoal_windows_test(stress threads)
 shoal_windows_test(purge threads)
