@@ -105,6 +105,31 @@ target_link_libraries(test_cxx_static PRIVATE shoal_static pthread)
 add_test(NAME cxx_static COMMAND test_cxx_static)
 set_tests_properties(cxx_static PROPERTIES LABELS windows TIMEOUT 300)
 
+# The same two programs built by MinGW's own g++ and GNU ld, the other
+# toolchain that links libshoal.a (README): its C++ runtime's new reaches
+# shoal, its exceptions unwind, its exception table is whole.
+find_program(SHOAL_MINGW_GXX NAMES ${SHOAL_WINDOWS_TRIPLE}-g++-posix ${SHOAL_WINDOWS_TRIPLE}-g++)
+if(SHOAL_MINGW_GXX)
+  foreach(name cxx_static unwind_table)
+    set(source ${CMAKE_CURRENT_SOURCE_DIR}/${name}.cpp)
+    set(language -x c++)
+    if(NOT EXISTS ${source})
+      set(source ${CMAKE_CURRENT_SOURCE_DIR}/${name}.c)
+      set(language -x c -std=c11 -D_GNU_SOURCE)
+    endif()
+    set(program ${CMAKE_CURRENT_BINARY_DIR}/test_${name}_gnu.exe)
+    add_custom_command(OUTPUT ${program}
+      COMMAND ${SHOAL_MINGW_GXX} ${language} -O2 -Wall -Wextra -Werror -fno-builtin
+              -I${CMAKE_CURRENT_SOURCE_DIR} -I${PROJECT_SOURCE_DIR}/include ${source} -x none
+              $<TARGET_FILE:shoal_static> -static -o ${program}
+      DEPENDS ${source} shoal_static $<TARGET_FILE:shoal_static>
+      COMMENT "Building test_${name}_gnu.exe with MinGW's g++ and GNU ld" VERBATIM)
+    add_custom_target(test_${name}_gnu ALL DEPENDS ${program})
+    add_test(NAME ${name}_gnu COMMAND ${CMAKE_CROSSCOMPILING_EMULATOR} ${program})
+    set_tests_properties(${name}_gnu PROPERTIES LABELS windows TIMEOUT 300)
+  endforeach()
+endif()
+
 # Leak report and statistics at exit on a program with known leaks; call
 # sites as module+offset, checked against the program's symbols.
 add_executable(test_diag_leaks diag_leaks.c)
