@@ -83,10 +83,15 @@ typedef struct depot_shard_s {
   bool top_known;
 } cache_aligned depot_shard_t;
 
+/* The times change once a millisecond at most and are read by every put;
+ * the bits change whenever a shard empties or fills, which in a batch
+ * producer/consumer program is most takes. On one line, each put's reads
+ * missed on the takers' writes (xmalloc, 8 pairs on 16 cores: 6 % of
+ * shoal's time in depot_stale_at). */
 typedef struct depot_class_s {
-  _Atomic(uint32_t) held_shards; /* a bit per shard holding chains */
-  _Atomic(int64_t) active_ms;    /* the last take, or the put that found the depot empty */
-  _Atomic(int64_t) wanted_ms;    /* the last time a thread looked for a block of the class */
+  _Atomic(int64_t) active_ms; /* the last take, or the put that found the depot empty */
+  _Atomic(int64_t) wanted_ms; /* the last time a thread looked for a block of the class */
+  _Atomic(uint32_t) held_shards cache_aligned; /* a bit per shard holding chains */
 } cache_aligned depot_class_t;
 
 _Static_assert(DEPOT_SHARDS <= 32, "a bit per shard in held_shards");
@@ -253,10 +258,13 @@ chain_t depot_take(uint8_t size_class, int64_t now, unsigned home) {
   return taken;
 }
 
-int64_t depot_stale_at(uint8_t size_class) {
-  if (!depot_may_hold(size_class)) return 0;
+int64_t depot_active_until(uint8_t size_class) {
   return atomic_load_explicit(&depots[size_class].active_ms, memory_order_relaxed) +
          DEPOT_STALE_DELAYS * depot_delay();
+}
+
+int64_t depot_stale_at(uint8_t size_class) {
+  return depot_may_hold(size_class) ? depot_active_until(size_class) : 0;
 }
 
 /* The stacks are whole in the child whatever a put or take was doing (one

@@ -1082,15 +1082,14 @@ static bool outbox_to_depot(shoal_heap_t *heap, const outbox_slot_t *slot) {
   if (!heap_frees_for_many_heaps(heap, owner) || owner == NULL ||
       atomic_load_explicit(&owner->state, memory_order_relaxed) != HEAP_LIVE)
     return false;
-  int64_t now = os_now_ms(), stale_at = depot_stale_at(size_class);
-  if (stale_at != 0 && now >= stale_at) {
+  int64_t now = os_now_ms();
+  if (now >= depot_active_until(size_class) && depot_may_hold(size_class)) {
     heap->depot_drain_due = true; /* once the outbox is whole again */
     return false;
   }
   if (!depot_is_wanted(size_class, now)) return false;
   if (!depot_put(size_class, slot->chain, now, heap_depot_home(heap))) return false;
-  int64_t check_at = depot_stale_at(size_class);
-  if (check_at != 0) depot_check_note(check_at);
+  depot_check_note(depot_active_until(size_class));
   return true;
 }
 

@@ -748,6 +748,9 @@ bool depot_put(uint8_t size_class, chain_t chain, int64_t now, unsigned home);
 chain_t depot_take(uint8_t size_class, int64_t now, unsigned home);
 /* When the class's chains go home if nobody takes one before; 0: none. */
 int64_t depot_stale_at(uint8_t size_class);
+/* The same, whether or not the depot holds chains (no read of the line
+ * that takes and puts write). */
+int64_t depot_active_until(uint8_t size_class);
 void depot_fork_child(void); /* a thread that held a depot is gone */
 
 /* ---- heap.c ---- */
