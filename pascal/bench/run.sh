@@ -9,7 +9,9 @@
 # BUILD_DIR/pascal/bench/results.tsv.
 #
 # Environment: SHOAL_BENCH_RUNS (default 3), SHOAL_BENCH_SCALE (default 1:
-# the sizes the seeds use; 0.1 for a quick look), FPC (default fpc).
+# the sizes the seeds use; 0.1 for a quick look), FPC (default fpc),
+# SHOAL_BENCH_BUILD=0 (run the programs already built in BUILD_DIR, say on a
+# bigger machine without FPC that BUILD_DIR/pascal/bench was copied to).
 #
 # SHOAL_BENCH_TARGET=win64: the same programs as Win64 programs under Wine
 # (BUILD_DIR is then the Win64 build, make windows; cmem is msvcrt's
@@ -49,7 +51,7 @@ fi
 # In the order of the report; each writes lines for one experiment.
 benches=(bench_realloc bench_objects bench_parallel bench_floattostr bench_loader)
 
-if [ ! -e "$build/$library" ]; then
+if [ "${SHOAL_BENCH_BUILD:-1}" != 0 ] && [ ! -e "$build/$library" ]; then
   echo "$0: $build/$library is missing; build it first:" >&2
   echo "  cmake -S $repo -B $build -DCMAKE_BUILD_TYPE=Release && cmake --build $build" >&2
   exit 1
@@ -57,7 +59,17 @@ fi
 
 work="$build/pascal/bench"
 mkdir -p "$work"
+build_programs=${SHOAL_BENCH_BUILD:-1}
 for manager in "${managers[@]}"; do
+  if [ "$build_programs" = 0 ]; then
+    for bench in "${benches[@]}"; do
+      if [ ! -x "$work/$manager/$bench$exe" ]; then
+        echo "$0: SHOAL_BENCH_BUILD=0, but $work/$manager/$bench$exe is not built" >&2
+        exit 1
+      fi
+    done
+    continue
+  fi
   case $manager in
     default) define="" ;;
     cmem) define="-dMM_CMEM" ;;
@@ -75,7 +87,11 @@ for manager in "${managers[@]}"; do
     fi
   done
 done
-echo "built ${#benches[@]} programs x ${#managers[@]} managers in $work"
+if [ "$build_programs" != 0 ]; then
+  # The shoal the programs hold, for a run elsewhere (SHOAL_BENCH_BUILD=0).
+  git -C "$repo" describe --always --dirty 2>/dev/null >"$work/commit" || echo unknown >"$work/commit"
+  echo "built ${#benches[@]} programs x ${#managers[@]} managers in $work"
+fi
 
 results="$work/results.tsv"
 : >"$results"
@@ -101,8 +117,8 @@ done
 load_after=$(cut -d' ' -f1 /proc/loadavg)
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 cores=$(nproc)
-fpc_version=$("$fpc" -iV)
-commit=$(git -C "$repo" describe --always --dirty 2>/dev/null || echo unknown)
+fpc_version=$("$fpc" -iV 2>/dev/null || echo "(not on this machine)")
+commit=$(cat "$work/commit" 2>/dev/null || echo unknown)
 
 {
   if [ "$target" = win64 ]; then
