@@ -315,8 +315,11 @@ def write_all(setup, cases, results):
     stem = setup["date"] + setup["suffix"]
 
     runs = setup["runs"]
+    extra = setup.get("extra_runs", 0)
+    more = (f" ({runs + extra} where the first {runs} of some allocator spread over "
+            f"{setup['noisy_spread'] * 100:.0f} %)") if extra else ""
     lines = [f"# shoal bench, {setup['date']} ({setup['mode']})", "",
-             f"Each cell: the median of {runs} runs, ±the spread ((max − min) / median), and in "
+             f"Each cell: the median of {runs} runs{more}, ±the spread ((max − min) / median), and in "
              "brackets the ratio to the best allocator in the row (1.00 = best). "
              "Lower is better everywhere. `time` is each workload's own time_s (bench/README.md "
              "says what it covers); peak RSS is the workload's VmHWM. The geometric mean is taken "

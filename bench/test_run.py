@@ -1,0 +1,57 @@
+"""Checks run.py's rule for noisy cases without running a workload: a fake
+runner, registered as run.py's runners of installed programs are, hands out
+preset times; a case whose first three runs spread over NOISY_SPREAD under
+some allocator must get EXTRA_RUNS more under every allocator, interleaved,
+and a steady case none. Run by ctest (bench_noisy_rule)."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import run  # noqa: E402
+
+TIMES = {  # case -> allocator -> times of successive runs
+    "steady": {"a": [1.0, 1.1, 0.95], "b": [2.0, 2.1, 1.9]},
+    "noisy": {"a": [1.0, 1.0, 1.0, 1.0, 1.0], "b": [1.0, 2.0, 1.1, 1.2, 1.05]},
+    "failing": {"a": [1.0, 1.0, 1.0], "b": [None, None, None]},
+}
+calls = []
+
+
+def fake_runner(label):
+    def runner(allocator, path, size, timeout_s):
+        k = sum(1 for c in calls if c == (label, allocator))
+        calls.append((label, allocator))
+        t = TIMES[label][allocator][k]
+        if t is None:
+            return {"status": "failed", "message": "no result line", "wall_s": 0.0,
+                    "maxrss_kb": 0, "metrics": None}
+        return {"status": "ok", "message": "", "wall_s": t, "maxrss_kb": 1,
+                "metrics": {"time_s": t, "peak_rss_kb": 1}}
+    return runner
+
+
+def main():
+    cases = []
+    for label in TIMES:
+        run.RUNNERS[label] = fake_runner(label)
+        cases.append({"workload": label, "label": label, "threads": None, "args": []})
+    results = run.run_all(cases, {"a": None, "b": None}, Path("."), "quick", 3, 1)
+    runs = {}
+    for r in results:
+        runs.setdefault((r["case"]["label"], r["allocator"]), []).append(r["run"])
+    assert runs[("steady", "a")] == [1, 2, 3] and runs[("steady", "b")] == [1, 2, 3], runs
+    assert runs[("noisy", "a")] == [1, 2, 3, 4, 5], runs  # steady itself, run for the row
+    assert runs[("noisy", "b")] == [1, 2, 3, 4, 5], runs
+    assert runs[("failing", "b")] == [1, 2, 3], runs  # failed runs are no spread
+    order = [c for c in calls if c[0] == "noisy"]
+    assert order[6:] == [("noisy", "b"), ("noisy", "a"), ("noisy", "a"), ("noisy", "b")], order
+    assert not run.noisy([]) and run.NOISY_SPREAD > 0 and run.EXTRA_RUNS > 0
+    # One run is no spread; a single run per case (--tiny) gets no more.
+    calls.clear()
+    single = run.run_all(cases[1:2], {"a": None, "b": None}, Path("."), "tiny", 1, 1)
+    assert [r["run"] for r in single] == [1, 1], single
+    print("bench_noisy_rule: ok")
+
+
+if __name__ == "__main__":
+    main()
