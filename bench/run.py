@@ -507,8 +507,9 @@ class Journal:
 # NOISY_SPREAD of their median ((max - min) / median, as the tables print
 # it) gets EXTRA_RUNS more, interleaved as the first were: on a small shared
 # machine one slow minute otherwise decides a median of three (larson sized
-# t=8 in the thirty-second session's full run: every allocator spread
-# ±45-189 %, and shoal's median came from its slow runs). Only from 3 runs.
+# t=8: every allocator's runs spread ±45-189 % in the thirty-second
+# session's full run, and the row's ratio went from 0.89 in the run before,
+# of nearly the same code, to 2.36). Only from 3 runs.
 NOISY_SPREAD = 0.5
 EXTRA_RUNS = 2
 
