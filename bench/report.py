@@ -57,10 +57,14 @@ def median(cell, key):
     return statistics.median(cell["values"][key])
 
 
-def spread(cell, key):
-    values = cell["values"].get(key, [])
+def spread_of(values):
+    """(max - min) / median of the values; 0 for none."""
     mid = statistics.median(values) if values else 0
     return (max(values) - min(values)) / mid if values and mid > 0 else 0.0
+
+
+def spread(cell, key):
+    return spread_of(cell["values"].get(key, []))
 
 
 def geomean(values):

@@ -30,7 +30,6 @@ import os
 import re
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -520,11 +519,7 @@ def noisy(case_results):
     for r in case_results:
         if r["status"] == "ok" and "time_s" in r["metrics"]:
             times.setdefault(r["allocator"], []).append(r["metrics"]["time_s"])
-    for values in times.values():
-        middle = statistics.median(values)
-        if len(values) > 1 and middle > 0 and (max(values) - min(values)) / middle > NOISY_SPREAD:
-            return True
-    return False
+    return any(report.spread_of(values) > NOISY_SPREAD for values in times.values())
 
 
 def run_all(cases, allocators, build_dir, size, runs, timeout_s, journal=None):

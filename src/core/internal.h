@@ -34,13 +34,14 @@
 #include "shoal.h"
 
 /* ---- attributes: grep for `slow_path` to find every rare path ---- */
-#define likely(x)     __builtin_expect(!!(x), 1)
-#define unlikely(x)   __builtin_expect(!!(x), 0)
-#define out_of_line   __attribute__((__noinline__))
-#define slow_path     __attribute__((__noinline__, __cold__))
-#define fast_path     static inline __attribute__((__always_inline__))
-#define exported      __attribute__((visibility("default")))
-#define cache_aligned __attribute__((aligned(64)))
+#define likely(x)       __builtin_expect(!!(x), 1)
+#define unlikely(x)     __builtin_expect(!!(x), 0)
+#define out_of_line     __attribute__((__noinline__))
+#define slow_path       __attribute__((__noinline__, __cold__))
+#define fast_path       static inline __attribute__((__always_inline__))
+#define exported        __attribute__((visibility("default")))
+#define CACHE_LINE_SIZE 64
+#define cache_aligned   __attribute__((aligned(CACHE_LINE_SIZE)))
 
 /* Addresses in messages: "0x" and hex on every platform (%p prints no 0x
  * with some C runtimes, Windows' among them). */
@@ -408,7 +409,9 @@ typedef struct shoal_segment_s {
   segment_kind_t kind;
   shoal_page_t pages[SLICES_PER_SEGMENT]; /* indexed by first slice */
 } shoal_segment_t;
-_Static_assert(offsetof(shoal_segment_t, page_offset) + sizeof(uint16_t) * SLICES_PER_SEGMENT <= 64,
+_Static_assert(offsetof(shoal_segment_t, page_offset) +
+                       sizeof(((shoal_segment_t *)0)->page_offset) <=
+                   CACHE_LINE_SIZE,
                "what a free reads of its segment on one cache line");
 
 typedef struct page_queue_s {
