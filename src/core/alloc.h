@@ -109,6 +109,8 @@ fast_path void *alloc_slow_pop(shoal_heap_t *heap, size_t size, bool may_borrow)
     return may_borrow && page_collect_queued(page) ? page_pop(heap, page) : NULL;
   }
   if (likely(size <= MEDIUM_MAX)) {
+    if (unlikely(atomic_load_explicit(&heap->mailbox, memory_order_relaxed) != NULL))
+      heap_mailbox_deliver(heap); /* other threads' frees onto the pages, before a pop */
     if (may_borrow && unlikely(size_is_pooled(heap, size)) && heap != &heap_empty)
       return heap_pool_malloc(heap, size); /* SHOAL_MEDIUM_POOL */
     uint8_t size_class = size_class_of_large(size);

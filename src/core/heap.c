@@ -1100,30 +1100,167 @@ _Static_assert(OUTBOX_SLOT_BITS >= 1 && OUTBOX_SLOT_BITS <= 6, "a bit per slot i
 static inline size_t outbox_index(const shoal_page_t *page) {
   return (size_t)(((uintptr_t)page * 0x9E3779B97F4A7C15u) >> (64 - OUTBOX_SLOT_BITS));
 }
+static inline size_t outbox_index_of_owner(const shoal_heap_t *owner) {
+  return (size_t)(((uintptr_t)owner * 0x9E3779B97F4A7C15u) >> (64 - OUTBOX_SLOT_BITS));
+}
+
+static void mailbox_post(shoal_heap_t *owner, parcel_t *parcel, size_t bytes);
 
 static void outbox_send(shoal_heap_t *heap, size_t index) {
   outbox_slot_t *slot = &heap->outbox[index];
   shoal_heap_t *to_serve = NULL;
-  if (!outbox_to_depot(heap, slot))
+  if (slot->page == NULL)
+    mailbox_post(slot->mail.owner, slot->mail.parcel, slot->mail.bytes);
+  else if (!outbox_to_depot(heap, slot))
     to_serve = page_push_remote(slot->page, slot->chain.head, slot->chain.tail, slot->chain.count);
   slot->page = NULL;
   heap->outbox_occupied &= ~((uint64_t)1 << index);
   if (unlikely(to_serve != NULL)) heap_serve(to_serve);
 }
 
-void heap_outbox_push(shoal_heap_t *heap, shoal_page_t *page, shoal_block_t *block) {
+/* A medium block of a class this thread allocates too goes to its owner
+ * with others of the owner's, whatever their page: a page holds a few
+ * medium blocks, so a chain by page was one CAS on the page's remote list
+ * a block, the list's line moving between the freeing core and the
+ * owner's, which took it back to collect (rptest, 2 threads: those two
+ * were 29 % of shoal's samples). A thread that does not allocate the class
+ * sends by page, so that its chains may go to the depot. */
+static bool outbox_goes_by_owner(const shoal_heap_t *heap, uint8_t size_class) {
+  return size_class >= DIRECT_CLASSES && size_class < CLASS_COUNT && !heap->outbox_home_only &&
+         heap->queues[size_class].first != NULL;
+}
+
+_Static_assert(offsetof(parcel_t, key) == offsetof(shoal_block_t, key), "a parcel is a free block");
+_Static_assert(sizeof(parcel_t) + 8 * sizeof(shoal_block_t *) <= DIRECT_MAX,
+               "a medium block holds a parcel of several");
+
+/* Into the owner's parcel: the first block freed for it since the last
+ * send carries the addresses of the next ones. */
+static void outbox_push_for_owner(shoal_heap_t *heap, shoal_heap_t *owner, shoal_block_t *block,
+                                  uint32_t block_size) {
+  size_t index = outbox_index_of_owner(owner);
+  outbox_slot_t *slot = &heap->outbox[index];
+  uint64_t bit = (uint64_t)1 << index;
+  if ((heap->outbox_occupied & bit) != 0 && (slot->page != NULL || slot->mail.owner != owner))
+    outbox_send(heap, index);
+  if ((heap->outbox_occupied & bit) == 0) {
+    parcel_t *parcel = (parcel_t *)block;
+    parcel->count = 0;
+    parcel->room = (uint32_t)((block_size - sizeof(parcel_t)) / sizeof(shoal_block_t *));
+    slot->page = NULL;
+    slot->mail.owner = owner;
+    slot->mail.parcel = parcel;
+    slot->mail.bytes = block_size;
+    heap->outbox_occupied |= bit;
+    return;
+  }
+  parcel_t *parcel = slot->mail.parcel;
+  parcel->blocks[parcel->count++] = block;
+  slot->mail.bytes += block_size;
+  if (parcel->count == parcel->room || slot->mail.bytes >= OUTBOX_OWNER_BYTES)
+    outbox_send(heap, index);
+}
+
+static void outbox_push_for_page(shoal_heap_t *heap, shoal_page_t *page, shoal_block_t *block) {
   size_t index = outbox_index(page);
   outbox_slot_t *slot = &heap->outbox[index];
-  if (slot->page != page) {
-    if (slot->page != NULL) outbox_send(heap, index);
+  uint64_t bit = (uint64_t)1 << index;
+  if ((heap->outbox_occupied & bit) == 0 || slot->page != page) {
+    if ((heap->outbox_occupied & bit) != 0) outbox_send(heap, index);
     slot->page = page;
     slot->chain = (chain_t){NULL, block, 0};
-    heap->outbox_occupied |= (uint64_t)1 << index;
+    heap->outbox_occupied |= bit;
   }
   block->next = slot->chain.head;
   slot->chain.head = block;
   if (++slot->chain.count * page->shared_block_size >= OUTBOX_BYTES) outbox_send(heap, index);
+}
+
+void heap_outbox_push(shoal_heap_t *heap, shoal_page_t *page, shoal_block_t *block) {
+  shoal_heap_t *owner = (shoal_heap_t *)atomic_load_explicit(&page->owner, memory_order_relaxed);
+  if (outbox_goes_by_owner(heap, page->shared_class) && owner != NULL)
+    outbox_push_for_owner(heap, owner, block, page->shared_block_size);
+  else
+    outbox_push_for_page(heap, page, block);
   if (unlikely(heap->depot_drain_due)) heap_depot_drain_due(heap);
+}
+
+/* ---- the mailbox: an owner's medium blocks, from other threads ---- */
+
+/* A parcel into the owner's mailbox: one CAS for all it carries. The owner
+ * delivers it at its next slow path; a sender delivers it itself when the
+ * owner has left (its thread gone: seq_cst, against heap_abandon's store
+ * of the state and its delivery after) or lets it grow past
+ * MAILBOX_DELIVER_BYTES (blocked or descheduled: delivered, the blocks of
+ * its parked pages notify it, and may bring a thread to serve it). */
+static void mailbox_post(shoal_heap_t *owner, parcel_t *parcel, size_t bytes) {
+  parcel_t *head = atomic_load_explicit(&owner->mailbox, memory_order_relaxed);
+  do {
+    parcel->next = head;
+  } while (!atomic_compare_exchange_weak_explicit(&owner->mailbox, &head, parcel,
+                                                  memory_order_seq_cst, memory_order_relaxed));
+  size_t pending = atomic_fetch_add_explicit(&owner->mailbox_bytes, bytes, memory_order_relaxed);
+  if (pending + bytes >= MAILBOX_DELIVER_BYTES ||
+      atomic_load_explicit(&owner->state, memory_order_seq_cst) != HEAP_LIVE)
+    heap_mailbox_deliver(owner);
+}
+
+static shoal_page_t *page_of_block(const void *p) {
+  return segment_page_of(segment_of(p), p);
+}
+
+/* Whether the owner may put a delivered block of `page` straight on the
+ * page's own list, as its own free would: a page of its class queues (not
+ * parked, not a guest) that keeps a block out after it. Else the block
+ * goes onto the page's remote list, where every case is handled. */
+static bool page_takes_delivery(const shoal_heap_t *heap, shoal_page_t *page,
+                                shoal_segment_t *segment) {
+  /* The segment's heap, not the page's owner: that is on the line that
+   * only others' frees read, the segment's on the line just read. A page
+   * of the heap's own segment that is no guest is the heap's. */
+  return atomic_load_explicit(&segment->heap, memory_order_relaxed) == heap && page->flags == 0 &&
+         page->used > 1 && page->size_class < CLASS_COUNT &&
+         atomic_load_explicit(&page->guest, memory_order_relaxed) == 0;
+}
+
+/* A block of the mailbox home. The owner puts it on its page's list with
+ * plain stores: the block's line is still in the sender's cache, and
+ * stores wait for it without holding up what follows, where a CAS (onto
+ * the page's remote list, then the collect's exchange) waited each time
+ * for every store before it, the program's too (rptest, 2 threads: those
+ * two were 29 % of shoal's samples with a CAS a block). Counted free by
+ * its sender, as a remote free collected is. */
+static void mail_deliver_block(shoal_heap_t *heap, shoal_block_t *block, bool by_owner) {
+  shoal_segment_t *segment = segment_of(block);
+  shoal_page_t *page = segment_page_of(segment, block);
+  if (by_owner && page_takes_delivery(heap, page, segment)) {
+    block->next = page->free;
+    page->free = block;
+    page->used--;
+    page->used_at_fold--;
+    page->is_zero = 0;
+    return;
+  }
+  shoal_heap_t *to_serve = page_push_remote(page, block, block, 1);
+  /* The owner drains its own notified pages next. */
+  if (unlikely(to_serve != NULL) && to_serve != thread_heap) heap_serve(to_serve);
+}
+
+void heap_mailbox_deliver(shoal_heap_t *heap) {
+  parcel_t *parcel = atomic_exchange_explicit(&heap->mailbox, NULL, memory_order_seq_cst);
+  if (parcel == NULL) return;
+  atomic_store_explicit(&heap->mailbox_bytes, 0, memory_order_relaxed);
+  bool by_owner = heap == thread_heap;
+  while (parcel != NULL) {
+    parcel_t *next = parcel->next;
+    for (uint32_t i = 0; i < parcel->count; i++) {
+      if (i + 1 < parcel->count) /* the next block's page descriptor, while this one's waits */
+        __builtin_prefetch(&page_of_block(parcel->blocks[i + 1])->free, 1);
+      mail_deliver_block(heap, parcel->blocks[i], by_owner);
+    }
+    mail_deliver_block(heap, (shoal_block_t *)parcel, by_owner); /* last: read until then */
+    parcel = next;
+  }
 }
 
 void heap_outbox_flush(shoal_heap_t *heap) {
@@ -1397,6 +1534,8 @@ static void *heap_malloc_slow_as(shoal_heap_t *heap, size_t size, bool may_borro
   }
   counter_add(&heap->counters.slow_paths, 1);
   if (heap->outbox_occupied != 0) heap_outbox_flush(heap); /* a quiet moment to send them */
+  if (atomic_load_explicit(&heap->mailbox, memory_order_relaxed) != NULL)
+    heap_mailbox_deliver(heap);
   if (unlikely(atomic_load_explicit(&depot_check_at_ms, memory_order_relaxed) != 0))
     heap_depot_check(heap);
   heap_slow_enter(heap);
@@ -1424,6 +1563,7 @@ void *heap_malloc_slow_exact(shoal_heap_t *heap, size_t size) {
  * have free blocks, so move them back to their queues. */
 static void heap_take_over(shoal_heap_t *heap) {
   heap_slow_enter(heap);
+  heap_mailbox_deliver(heap);
   shoal_page_t *page = heap->full.first;
   while (page != NULL) {
     shoal_page_t *next = page->next;
@@ -1501,6 +1641,7 @@ void heap_abandon(shoal_heap_t *heap) {
   heap_slow_enter(heap);
   heap_fold_counters(heap);
   heap_class_cache_flush(heap);
+  heap_mailbox_deliver(heap);
   heap_drain(heap, DRAIN_BY_OWNER);
   heap_take_reparked(heap); /* those notified meanwhile wait in the list for the drain */
   for (int size_class = 0; size_class < CLASS_COUNT; size_class++) {
@@ -1537,6 +1678,7 @@ void heap_abandon(shoal_heap_t *heap) {
   atomic_store_explicit(&heap->state, HEAP_ABANDONED, memory_order_seq_cst);
   heap_slow_exit(heap); /* before an adopter may find it */
   arena_heap_abandoned(heap);
+  heap_mailbox_deliver(heap); /* what was posted before the senders saw the state */
   if (atomic_load_explicit(&heap->notified, memory_order_seq_cst) != NULL)
     heap_service_abandoned(heap);
 }
@@ -1549,6 +1691,7 @@ void heap_service_abandoned(shoal_heap_t *heap) {
     if (!atomic_compare_exchange_strong_explicit(&heap->state, &expected, HEAP_SERVICING,
                                                  memory_order_seq_cst, memory_order_relaxed))
       return; /* adopted, or someone else is servicing it */
+    heap_mailbox_deliver(heap);
     heap_drain(heap, DRAIN_ABANDONED);
     heap_maybe_purge(heap);
     int64_t purge_at = atomic_load_explicit(&heap->purge_at_ms, memory_order_relaxed);
@@ -1601,6 +1744,7 @@ void heap_collect(shoal_heap_t *heap, bool force) {
     heap_depot_drain(heap, false, 0);
   }
   heap_outbox_flush(heap);
+  heap_mailbox_deliver(heap);
   heap_drain_notified(heap);
   for (int size_class = 0; size_class < CLASS_COUNT; size_class++) {
     shoal_page_t *page = heap->queues[size_class].first;

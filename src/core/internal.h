@@ -82,7 +82,9 @@ typedef const void *caller_t;
 #define DIRECT_CLASSES         32         /* the classes up to DIRECT_MAX */
 #define OUTBOX_SLOT_BITS       6          /* 64 slots: outbox_occupied has a bit per slot */
 #define OUTBOX_SLOTS           (1u << OUTBOX_SLOT_BITS) /* pages other threads own, gathered at once */
-#define OUTBOX_BYTES           (4 * 1024) /* a page's gathered blocks go home at this */
+#define OUTBOX_BYTES           (4 * 1024)  /* a page's gathered blocks go home at this */
+#define OUTBOX_OWNER_BYTES     (64 * 1024) /* an owner's gathered medium blocks go at this */
+#define MAILBOX_DELIVER_BYTES  ((size_t)256 << 10) /* past this, a sender delivers them itself */
 #define PURGE_BURST_DELAYS     10 /* a burst of frees defers a purge this many delays at most */
 #define PURGE_DEAD_DELAYS      10 /* a dead thread's heap stays warm this long for an adopter */
 #define ARENA_TRIM_DELAYS      10 /* empty segments wait this long for any thread to take them */
@@ -424,11 +426,34 @@ typedef struct chain_s {
   uint32_t count;
 } chain_t;
 
-/* Blocks of one page of another heap, freed by this thread and not yet
- * sent: a chain from head to tail, sent with one CAS (page_push_remote). */
+/* A medium block of another heap, freed by this thread, that carries the
+ * addresses of others of that heap's freed blocks to its owner (heap.c,
+ * the mailbox). Words 0 and 1 are every free block's: the link (here, the
+ * mailbox's next parcel) and the free key, so that a double free of it is
+ * found as of any block. */
+typedef struct parcel_s {
+  struct parcel_s *next;
+  uintptr_t key;
+  uint32_t count; /* blocks[] held */
+  uint32_t room;  /* blocks[] the parcel's block has room for */
+  shoal_block_t *blocks[];
+} parcel_t;
+
+/* Blocks of another heap, freed by this thread and not yet sent, with one
+ * CAS when they are: one page's (page set: a chain from head to tail onto
+ * the page's remote list, page_push_remote) or one owner's medium blocks
+ * of any of its pages (page NULL: a parcel into the owner's mailbox). The
+ * heap's outbox_occupied says which slots hold blocks. */
 typedef struct outbox_slot_s {
-  shoal_page_t *page; /* NULL: the slot is empty */
-  chain_t chain;
+  shoal_page_t *page;
+  union {
+    chain_t chain; /* a page's */
+    struct {
+      struct shoal_heap_s *owner;
+      parcel_t *parcel;
+      uint32_t bytes; /* its blocks' sizes, its own included */
+    } mail;           /* an owner's */
+  };
 } outbox_slot_t;
 
 /* lock.c's lock (its functions below). */
@@ -514,6 +539,11 @@ typedef struct shoal_heap_s {
   _Atomic(shoal_page_t *) notified cache_aligned; /* (atomic) full pages that got remote frees */
   _Atomic(size_t) notified_slices;                /* (atomic) their slices, about: a drain resets */
   _Atomic(int) state;                             /* (atomic) heap_state_t */
+  /* (atomic) Other threads' chains of this heap's medium blocks, one list:
+   * the owner sends each block on to its page at its next slow path, where
+   * the page's remote list is on its own core (heap.c, the mailbox). */
+  _Atomic(parcel_t *) mailbox;
+  _Atomic(size_t) mailbox_bytes; /* (atomic) about what it holds: a delivery resets */
   /* (atomic) Set by another thread freeing one of its pool blocks: from then on
    * POOL_UPPER leaves this heap's requests to the classes (size_is_pooled). */
   _Atomic(bool) pool_shunned;
@@ -814,6 +844,9 @@ bool heap_pool_grow(shoal_heap_t *heap, shoal_page_t *page, void *p, size_t size
  * home with others of its page; heap_outbox_flush sends them all now. */
 void heap_outbox_push(shoal_heap_t *heap, shoal_page_t *page, shoal_block_t *block);
 void heap_outbox_flush(shoal_heap_t *heap);
+/* Every block in the heap's mailbox onto its page's remote list; any
+ * thread may. */
+void heap_mailbox_deliver(shoal_heap_t *heap);
 void heap_class_cache_flush(shoal_heap_t *heap);
 void heap_collect(shoal_heap_t *heap, bool force);
 void heap_fold_counters(shoal_heap_t *heap);
