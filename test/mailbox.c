@@ -6,8 +6,9 @@
  *
  *   exchange    two threads free each other's blocks (every medium class,
  *               some parcels full) and allocate again: every block keeps
- *               its contents while it lives, the owners get their own
- *               blocks back, and the counts come back to where they were.
+ *               its contents while it lives, the second round reuses the
+ *               first's memory (the peak does not double), and the counts
+ *               come back to where they were.
  *   owner gone  the owner exits before its blocks are freed: the freeing
  *               thread delivers them itself, and the dead heap's pages go
  *               back (the page count returns to where it was).
