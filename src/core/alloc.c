@@ -315,12 +315,16 @@ static void *zero_block(void *p, size_t size) {
       segment->kind == SEGMENT_HUGE ? &segment->pages[0] : segment_page_of(segment, p);
   /* is_zero speaks for the page's blocks, freed ones in this thread's class
    * cache included; a block of another thread's page came used, from that
-   * cache. A huge page's
+   * cache. The page's owner, not the segment's heap: another heap's guest
+   * page in this thread's segment is that heap's, which writes its flag
+   * (TSan, stress_pool: a calloc read it while its exiting owner collected
+   * the page). A huge page's
    * flag speaks for its block's start only: checked mode hands out a point
    * further in, after its header. */
-  bool own = segment->kind == SEGMENT_HUGE
-                 ? p == page->start
-                 : atomic_load_explicit(&segment->heap, memory_order_relaxed) == thread_heap;
+  bool own =
+      segment->kind == SEGMENT_HUGE
+          ? p == page->start
+          : atomic_load_explicit(&page->owner, memory_order_relaxed) == (uintptr_t)thread_heap;
   /* A small class's flag says only that its page was made on fresh
    * slices: the free fast path does not clear it. */
   if (own && page->is_zero && page->size_class >= DIRECT_CLASSES)

@@ -1097,11 +1097,9 @@ static void heap_depot_drain_due(shoal_heap_t *heap);
 
 _Static_assert(OUTBOX_SLOT_BITS >= 1 && OUTBOX_SLOT_BITS <= 6, "a bit per slot in outbox_occupied");
 
-static inline size_t outbox_index(const shoal_page_t *page) {
-  return (size_t)(((uintptr_t)page * 0x9E3779B97F4A7C15u) >> (64 - OUTBOX_SLOT_BITS));
-}
-static inline size_t outbox_index_of_owner(const shoal_heap_t *owner) {
-  return (size_t)(((uintptr_t)owner * 0x9E3779B97F4A7C15u) >> (64 - OUTBOX_SLOT_BITS));
+/* The slot of a page's chain, or of an owner's parcel. */
+static inline size_t outbox_index(const void *page_or_owner) {
+  return (size_t)(((uintptr_t)page_or_owner * 0x9E3779B97F4A7C15u) >> (64 - OUTBOX_SLOT_BITS));
 }
 
 static void mailbox_post(shoal_heap_t *owner, parcel_t *parcel, size_t bytes);
@@ -1138,7 +1136,7 @@ _Static_assert(sizeof(parcel_t) + 8 * sizeof(shoal_block_t *) <= DIRECT_MAX,
  * send carries the addresses of the next ones. */
 static void outbox_push_for_owner(shoal_heap_t *heap, shoal_heap_t *owner, shoal_block_t *block,
                                   uint32_t block_size) {
-  size_t index = outbox_index_of_owner(owner);
+  size_t index = outbox_index(owner);
   outbox_slot_t *slot = &heap->outbox[index];
   uint64_t bit = (uint64_t)1 << index;
   if ((heap->outbox_occupied & bit) != 0 && (slot->page != NULL || slot->mail.owner != owner))
@@ -1250,7 +1248,10 @@ void heap_mailbox_deliver(shoal_heap_t *heap) {
   parcel_t *parcel = atomic_exchange_explicit(&heap->mailbox, NULL, memory_order_seq_cst);
   if (parcel == NULL) return;
   atomic_store_explicit(&heap->mailbox_bytes, 0, memory_order_relaxed);
+  /* The owner reads its pages' flags: under its slow lock, which a thread
+   * serving the heap holds while it changes parked pages (TSan, mailbox). */
   bool by_owner = heap == thread_heap;
+  if (by_owner) heap_slow_enter(heap);
   while (parcel != NULL) {
     parcel_t *next = parcel->next;
     for (uint32_t i = 0; i < parcel->count; i++) {
@@ -1261,6 +1262,7 @@ void heap_mailbox_deliver(shoal_heap_t *heap) {
     mail_deliver_block(heap, (shoal_block_t *)parcel, by_owner); /* last: read until then */
     parcel = next;
   }
+  if (by_owner) heap_slow_exit(heap);
 }
 
 void heap_outbox_flush(shoal_heap_t *heap) {
