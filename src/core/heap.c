@@ -1275,7 +1275,7 @@ void heap_outbox_flush(shoal_heap_t *heap) {
 static void blocks_send_home(shoal_heap_t *heap, shoal_block_t *block) {
   while (block != NULL) {
     shoal_block_t *next = block->next;
-    heap_outbox_push(heap, segment_page_of(segment_of(block), block), block);
+    heap_outbox_push(heap, page_of_block(block), block);
     block = next;
   }
 }

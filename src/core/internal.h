@@ -539,9 +539,9 @@ typedef struct shoal_heap_s {
   _Atomic(shoal_page_t *) notified cache_aligned; /* (atomic) full pages that got remote frees */
   _Atomic(size_t) notified_slices;                /* (atomic) their slices, about: a drain resets */
   _Atomic(int) state;                             /* (atomic) heap_state_t */
-  /* (atomic) Other threads' chains of this heap's medium blocks, one list:
-   * the owner sends each block on to its page at its next slow path, where
-   * the page's remote list is on its own core (heap.c, the mailbox). */
+  /* (atomic) Other threads' parcels of this heap's medium blocks, a stack:
+   * the owner puts each block back on its page at its next slow path
+   * (heap.c, the mailbox). */
   _Atomic(parcel_t *) mailbox;
   _Atomic(size_t) mailbox_bytes; /* (atomic) about what it holds: a delivery resets */
   /* (atomic) Set by another thread freeing one of its pool blocks: from then on
@@ -844,8 +844,8 @@ bool heap_pool_grow(shoal_heap_t *heap, shoal_page_t *page, void *p, size_t size
  * home with others of its page; heap_outbox_flush sends them all now. */
 void heap_outbox_push(shoal_heap_t *heap, shoal_page_t *page, shoal_block_t *block);
 void heap_outbox_flush(shoal_heap_t *heap);
-/* Every block in the heap's mailbox onto its page's remote list; any
- * thread may. */
+/* Every block in the heap's mailbox back on its page: the owner onto the
+ * page's own list where it may, anyone else onto its remote list. */
 void heap_mailbox_deliver(shoal_heap_t *heap);
 void heap_class_cache_flush(shoal_heap_t *heap);
 void heap_collect(shoal_heap_t *heap, bool force);
