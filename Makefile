@@ -69,7 +69,9 @@ test-windows: windows
 	@# its last program: wait for it to go first.
 	-@WINEPREFIX=$(abspath $(WIN_BUILD))/wine $(WINESERVER) -w 2>/dev/null; \
 	  WINEPREFIX=$(abspath $(WIN_BUILD))/wine $(WINESERVER) -p30 2>/dev/null
+	@rm -f $(WIN_BUILD)/wine-retries.log
 	cd $(WIN_BUILD) && WINEPREFIX=$(abspath $(WIN_BUILD))/wine WINEDEBUG=-all $(CTEST) --output-on-failure -j $(JOBS)
+	@! test -f $(WIN_BUILD)/wine-retries.log || cat $(WIN_BUILD)/wine-retries.log
 	WINEPREFIX=$(abspath $(WIN_BUILD))/wine WINEDEBUG=-all WINE=$(WINE) pascal/windows/run_tests.sh $(WIN_BUILD)
 
 FORMAT_FILES = $(shell git ls-files '*.c' '*.h' '*.cpp' 2>/dev/null)

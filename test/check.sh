@@ -109,7 +109,8 @@ check_fault() {
   local printed reported
   printed=$(sed -n 's/^address \(0x[0-9a-fA-F]*\)$/\1/p' "$scratch/out")
   reported=$(sed -n 's/^shoal: [^:]*: [^(]*(\(0x[0-9a-f]*\)).*/\1/p' <<<"$message")
-  if [ -z "$printed" ] || [ -z "$reported" ] || ((printed != reported)); then
+  if [ -z "$printed" ] || [ -z "$reported" ] || [ "$(wc -l <<<"$printed")" -ne 1 ] ||
+    ((printed != reported)); then
     fail "$label: the line names '$reported', the case's pointer was '$printed': $message"
   fi
   local site="; allocated at $allocated_in+0x" module=""

@@ -71,6 +71,8 @@ check_case() {
   reported=$(grep -o '0x[0-9a-fA-F]*' <<<"$message" | head -n 1)
   if [ -z "$printed" ] || [ -z "$reported" ]; then
     fail "$label: no address (printed '$printed', in message '$reported'): $message"
+  elif [ "$(wc -l <<<"$printed")" -ne 1 ]; then
+    fail "$label: the case printed more than one address:" $printed
   elif ((printed != reported)); then
     fail "$label: message names $reported, the bad pointer was $printed"
   fi
