@@ -2,15 +2,15 @@
  * each case and checks how shoal reacts.
  *
  * Each case prints "address 0x..." (the bad pointer, which shoal's message
- * must name) and flushes, then commits its bug. A double free's case
- * prints before the first free: the first printf allocates stdio's buffer,
- * which could otherwise take the freed block's place and make the second
- * free a good one. With SHOAL_ABORT_ON_ERROR
- * unset shoal must print one line and abort, so reaching the end of a case
- * is a failure (exit 3). With SHOAL_ABORT_ON_ERROR=0 shoal must ignore the
- * bad call: the case then checks nothing changed (its other blocks keep
- * their contents, a double-freed block is not handed out twice, a bad
- * realloc returns NULL) and exits 0. */
+ * must name) and flushes, then commits its bug. A double free's case prints
+ * before the first free: the first printf allocates stdio's buffer, which
+ * could otherwise take the freed block's place and make the second free a
+ * good one. With SHOAL_ABORT_ON_ERROR unset shoal must print one line and
+ * abort, so reaching the end of a case is a failure (exit 3). With
+ * SHOAL_ABORT_ON_ERROR=0 shoal must ignore the bad call: the case then
+ * checks nothing changed (its other blocks keep their contents, a
+ * double-freed block is not handed out twice, a bad realloc returns NULL)
+ * and exits 0. */
 #include <malloc.h>
 #include <pthread.h>
 #include <stdlib.h>
