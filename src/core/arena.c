@@ -333,7 +333,7 @@ void arena_cache_trim(bool force) {
   if (force) arena_retained_unmap();
 }
 
-_Static_assert(offsetof(shoal_heap_t, class_cache) <= 4096,
+_Static_assert(offsetof(shoal_heap_t, outbox) <= 4096,
                "what every thread writes of its heap fits in one OS page");
 
 static shoal_heap_t *heap_carve(void) {

@@ -513,6 +513,11 @@ typedef struct shoal_heap_s {
    * back by another heap than took it). Kept with or without statistics. */
   _Atomic(size_t) pages_taken, pages_given;
   uint64_t outbox_occupied; /* (owner) a bit per slot holding blocks */
+  /* (owner) A bit per class that has had a page in its queue or a chain
+   * from the depot: only their class caches can hold blocks (a cache takes
+   * blocks only of a class the thread allocates), so only theirs are
+   * folded and flushed, and the others stay untouched (the sparse part). */
+  uint64_t classes_queued[(CLASS_COUNT + 63) / 64];
   /* (owner) A depot found stale while a chain was sent: drained once the
    * outbox is whole again. Beside outbox_occupied, which every push writes. */
   bool depot_drain_due;
@@ -550,27 +555,33 @@ typedef struct shoal_heap_s {
   /* The sparse part, past the first OS page (heaps are carved page-aligned,
    * arena.c): a thread writes here only when it frees other threads'
    * blocks or its own medium ones, and then only the entries of their
-   * classes. A thread that frees only its own small blocks so costs one
-   * page of heap, not five.
+   * classes; nothing reads an entry the thread never wrote (on a kernel
+   * without a shared zero page a read of an untouched page costs a page of
+   * memory as a write does). A thread that frees only its own small blocks
+   * so costs one page of heap, and one that frees a few of another
+   * thread's small blocks two, not five (cthrash, 64 threads: 20 KiB a
+   * thread were resident when every class cache was read at its exit).
    *
-   * (owner) The class caches: blocks freed that this thread's next
+   * (owner) Other threads' blocks this thread freed beyond the class cache,
+   * gathered by page (a slot per page, by hash) and sent home a chain at a
+   * time: one CAS for OUTBOX_BYTES of blocks, not one a block. First, on
+   * the page the small classes' caches share. */
+  outbox_slot_t outbox[OUTBOX_SLOTS] cache_aligned;
+  /* (owner) Whose blocks its outbox sent: a chain goes to the depot for a
+   * thread that frees for several heaps (heap.c, outbox_to_depot). */
+  struct shoal_heap_s *remote_owner_last;
+  uint32_t chains_in_window, owner_changes_in_window;
+  bool frees_for_many_heaps;
+  /* (owner) The class caches: blocks freed that this thread's next
    * allocations of the class take first, as a pseudo page the fast path
    * pops like any other: other threads' blocks this thread freed
    * (alloc.h, remote_cache_push) and, of a medium class, its own
    * (alloc.h, free_own_larger). Every one stays counted in its page. capacity counts
    * pushes and used pops since it was last empty, reserved the pushes
    * counted as frees, own_frees the own pushes among those not counted yet.
-   * Only these and `free` are set: a cache is never found by a free. */
+   * Only these and `free` are set: a cache is never found by a free. Only
+   * the caches of classes_queued are ever written. */
   shoal_page_t class_cache[CLASS_COUNT];
-  /* (owner) Other threads' blocks this thread freed beyond the cache,
-   * gathered by page (a slot per page, by hash) and sent home a chain at a
-   * time: one CAS for OUTBOX_BYTES of blocks, not one a block. */
-  outbox_slot_t outbox[OUTBOX_SLOTS];
-  /* (owner) Whose blocks its outbox sent: a chain goes to the depot for a
-   * thread that frees for several heaps (heap.c, outbox_to_depot). */
-  struct shoal_heap_s *remote_owner_last;
-  uint32_t chains_in_window, owner_changes_in_window;
-  bool frees_for_many_heaps;
 } cache_aligned shoal_heap_t;
 
 /* ---- lock.c: spin with pause, then yield, then futex; never a fixed sleep ---- */
