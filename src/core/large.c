@@ -3,7 +3,8 @@
  * The mapping starts with a segment header (so a pointer still finds its
  * page by masking) and the block follows at HUGE_BLOCK_OFFSET, or at the
  * requested alignment. Growth uses mremap, which moves page tables instead
- * of bytes, and grows by a quarter at least (huge_realloc). Freed blocks
+ * of bytes, and grows by a quarter at least; a shrink to half the mapping
+ * or more keeps it (huge_realloc). Freed blocks
  * wait in a cache (huge_free says how much it keeps) so a program that
  * frees and re-allocates big buffers does not fault them in again each
  * time; what has waited a second or more is unmapped at a thread's next
@@ -335,7 +336,12 @@ void *huge_realloc(shoal_segment_t *segment, size_t new_size) {
   size_t offset = (size_t)(segment->pages[0].start - (uint8_t *)segment);
   if (new_size > PTRDIFF_MAX - offset - SEGMENT_SIZE) return NULL;
   size_t old_mapped = segment->size, mapped = round_to_os_page(offset + new_size);
-  if (mapped == old_mapped) return segment->pages[0].start;
+  /* A block shrunk to half its mapping or more keeps the mapping: what a
+   * cut gave back faulted in again when the block grew (largeblk: blocks
+   * halved one time in eight, grown one in two; 9 % less time, peak RSS
+   * level). What it holds beyond its new size goes when it is freed. */
+  if (mapped == old_mapped || (mapped < old_mapped && mapped >= old_mapped / 2))
+    return segment->pages[0].start;
   /* A buffer that grows a little at a time (a string or an array appended
    * to) would take a remap and an advice per OS page: it grows by a quarter
    * at least, which costs address space only until written (strappend:
