@@ -557,10 +557,11 @@ typedef struct shoal_heap_s {
    * blocks or its own medium ones, and then only the entries of their
    * classes; nothing reads an entry the thread never wrote (on a kernel
    * without a shared zero page a read of an untouched page costs a page of
-   * memory as a write does). A thread that frees only its own small blocks
-   * so costs one page of heap, and one that frees a few of another
-   * thread's small blocks two, not five (cthrash, 64 threads: 20 KiB a
-   * thread were resident when every class cache was read at its exit).
+   * memory as a write does). A thread of small blocks, its own or a few of
+   * other threads', so holds two pages of its heap resident (the first,
+   * and the outbox's with the small classes' caches), not five (cthrash,
+   * 64 threads: 20 KiB a thread were resident when every class cache was
+   * read at its exit).
    *
    * (owner) Other threads' blocks this thread freed beyond the class cache,
    * gathered by page (a slot per page, by hash) and sent home a chain at a
