@@ -552,8 +552,8 @@ typedef struct shoal_heap_s {
   /* (atomic) Set by another thread freeing one of its pool blocks: from then on
    * POOL_UPPER leaves this heap's requests to the classes (size_is_pooled). */
   _Atomic(bool) pool_shunned;
-  /* The sparse part, past the first OS page (heaps are carved page-aligned,
-   * arena.c): a thread writes here only when it frees other threads'
+  /* The sparse part, from the end of the first OS page on (heaps are carved
+   * page-aligned, arena.c): a thread writes here only when it frees other threads'
    * blocks or its own medium ones, and then only the entries of their
    * classes; nothing reads an entry the thread never wrote (on a kernel
    * without a shared zero page a read of an untouched page costs a page of
