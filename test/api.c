@@ -487,6 +487,40 @@ static void test_large_blocks_grow_in_place(void) {
   }
 }
 
+/* A large block that realloc shrinks stays where it is (a buffer that
+ * shrinks tends to grow again) while it keeps more than 8 KiB: its usable
+ * size becomes the slices it still spans, the slices past them go back to
+ * the heap, and it grows over them again in place. Smaller, it moves to a
+ * class block. An aligned large block (its page starts before it) too. */
+static void test_large_blocks_shrink_in_place(void) {
+  const size_t size = 600 * KIB, kept = 100 * KIB, kept_slices = 128 * KIB;
+  for (size_t alignment = 16; alignment <= 128 * KIB; alignment *= 8192) {
+    uint8_t *block = NULL;
+    CHECK(shoal_posix_memalign((void **)&block, alignment, opaque_size(size)) == 0);
+    pattern_fill(block, size, 11);
+    size_t offset = (uintptr_t)block % (64 * KIB); /* from the start of its first slice */
+    uint8_t *shrunk = shoal_realloc(block, opaque_size(kept));
+    CHECK_CTX(shrunk == block, "realloc(%zu -> %zu) moved a large block (alignment %zu)", size,
+              kept, alignment);
+    CHECK_CTX(shoal_malloc_usable_size(shrunk) == kept_slices - offset,
+              "realloc(%zu -> %zu): usable %zu, not the %zu its slices hold", size, kept,
+              shoal_malloc_usable_size(shrunk), kept_slices - offset);
+    CHECK(pattern_check(shrunk, kept, 11));
+    memset(shrunk + kept, 0x5a, kept_slices - offset - kept); /* all of it writable */
+    pattern_fill(shrunk, kept, 12);
+    uint8_t *regrown = shoal_realloc(shrunk, opaque_size(size));
+    CHECK_CTX(regrown == block, "realloc(%zu -> %zu) did not take back the slices it gave", kept,
+              size);
+    CHECK(pattern_check(regrown, kept, 12));
+    uint8_t *small = shoal_realloc(regrown, opaque_size(8 * KIB));
+    CHECK_CTX(shoal_malloc_usable_size(small) < 64 * KIB,
+              "realloc(%zu -> 8 KiB) kept a slice: usable %zu", size,
+              shoal_malloc_usable_size(small));
+    CHECK(pattern_check(small, 8 * KIB, 12));
+    shoal_free(small);
+  }
+}
+
 #if !defined(_WIN32) /* Windows has no transparent huge pages to ask for */
 /* Whether the mapping holding p carries the kernel's "hg" flag (madvised
  * for transparent huge pages), from /proc/self/smaps. */
@@ -652,6 +686,7 @@ int main(void) {
   test_free_sized();
   test_owns_foreign();
   test_large_blocks_grow_in_place();
+  test_large_blocks_shrink_in_place();
 #if !defined(_WIN32)
   test_huge_pages_advice();
 #endif

@@ -688,6 +688,7 @@ shoal_page_t *segment_page_lend(struct shoal_heap_s *owner, size_t slices);
 /* The page's slices back to its segment (its counts the caller folds first). */
 void segment_page_free(struct shoal_heap_s *heap, shoal_page_t *page);
 bool segment_page_grow(struct shoal_heap_s *heap, shoal_page_t *page, size_t slices);
+bool segment_page_shrink(struct shoal_heap_s *heap, shoal_page_t *page, size_t slices);
 void segment_map_set(shoal_segment_t *segment, size_t size, uint8_t head);
 /* A purge (or trim) made due `delay` from now, pushing back the one already
  * due at *at, though never past PURGE_BURST_DELAYS delays after the first:

@@ -297,32 +297,18 @@ void segment_purge_heap_lazy(shoal_heap_t *heap) {
   heap->purge_pending_bytes = 0;
 }
 
-/* Give the page's slices back to its segment; an empty segment goes back to
- * the arena. The slices stay resident until a purge is due
+/* Slices [first, first + count) of a heap's segment are free again (their
+ * descriptors reset by the caller): an empty segment goes back to the
+ * arena; the slices stay resident until a purge is due
  * (purge_deadline_push) and they have stayed free since the one before
  * (segment_purge_heap_aged). Past the purge limit in a burst they are
  * purged lazily at once. */
-void segment_page_free(shoal_heap_t *heap, shoal_page_t *page) {
-  shoal_segment_t *segment = segment_of(page);
-  size_t first = (size_t)(page - segment->pages), count = page->slice_count;
+static void segment_slices_free(shoal_heap_t *heap, shoal_segment_t *segment, size_t first,
+                                size_t count) {
   uint64_t mask = slice_mask(first, count);
-  for (size_t i = first; i < first + count; i++) {
-    segment_slice_set_page(segment, i, i);
-    segment->pages[i].freed_class = CLASS_NONE;
-  }
-  page->freed_class = page->size_class;
-  atomic_store_explicit(&page->owner, 0, memory_order_relaxed);
-  page->size_class = CLASS_NONE;
-  page->block_size = 0;
-  page->flags = PAGE_UNUSED;
-  atomic_store_explicit(&page->guest, 0, memory_order_relaxed);
-  page_publish_shape(page);
-  page->free = NULL;
-  page->used = page->used_at_fold = 0;
   bool was_full = segment->free_slices == 0; /* then out of the heap's list */
   segment->free_slices |= mask;
   segment->recent_slices |= mask;
-  owner_count_add(&heap->pages_given, 1);
 
   if (segment->free_slices == (SLICES_ALL & ~SLICE_HEADER_BITS)) {
     heap->purge_pending_bytes -= pending_bytes(segment, SLICES_ALL & ~mask);
@@ -341,4 +327,44 @@ void segment_page_free(shoal_heap_t *heap, shoal_page_t *page) {
     segment_purge_heap_lazy(heap);
   heap->page_freed_ms = os_now_ms();
   segment_purge_schedule(heap, heap->page_freed_ms, delay);
+}
+
+static void segment_slices_unassign(shoal_segment_t *segment, size_t first, size_t count) {
+  for (size_t i = first; i < first + count; i++) {
+    segment_slice_set_page(segment, i, i);
+    segment->pages[i].freed_class = CLASS_NONE;
+  }
+}
+
+/* Give the page's slices back to its segment (segment_slices_free). */
+void segment_page_free(shoal_heap_t *heap, shoal_page_t *page) {
+  shoal_segment_t *segment = segment_of(page);
+  size_t first = (size_t)(page - segment->pages), count = page->slice_count;
+  segment_slices_unassign(segment, first, count);
+  page->freed_class = page->size_class;
+  atomic_store_explicit(&page->owner, 0, memory_order_relaxed);
+  page->size_class = CLASS_NONE;
+  page->block_size = 0;
+  page->flags = PAGE_UNUSED;
+  atomic_store_explicit(&page->guest, 0, memory_order_relaxed);
+  page_publish_shape(page);
+  page->free = NULL;
+  page->used = page->used_at_fold = 0;
+  owner_count_add(&heap->pages_given, 1);
+  segment_slices_free(heap, segment, first, count);
+}
+
+/* Shrink a single-block page to its first `slices` slices, the rest back to
+ * the segment as free slices that a page of the same class takes first; its
+ * block_size is the caller's to set. Owner only; false for a borrowed page,
+ * as segment_page_grow. */
+bool segment_page_shrink(shoal_heap_t *heap, shoal_page_t *page, size_t slices) {
+  shoal_segment_t *segment = segment_of(page);
+  if (atomic_load_explicit(&segment->heap, memory_order_relaxed) != heap) return false;
+  size_t first = (size_t)(page - segment->pages), have = page->slice_count;
+  segment_slices_unassign(segment, first + slices, have - slices);
+  segment->pages[first + slices].freed_class = page->size_class;
+  page->slice_count = (uint8_t)slices;
+  segment_slices_free(heap, segment, first + slices, have - slices);
+  return true;
 }
