@@ -519,6 +519,16 @@ static void test_large_blocks_shrink_in_place(void) {
     CHECK(pattern_check(small, 8 * KIB, 12));
     shoal_free(small);
   }
+  /* Within its one slice it keeps its usable size: nothing to give back. */
+  uint8_t *block = shoal_malloc(opaque_size(60 * KIB));
+  CHECK(block != NULL);
+  pattern_fill(block, 60 * KIB, 13);
+  uint8_t *shrunk = shoal_realloc(block, opaque_size(9 * KIB));
+  CHECK_CTX(shrunk == block && shoal_malloc_usable_size(shrunk) == 60 * KIB,
+            "realloc(60 KiB -> 9 KiB) = %p from %p, usable %zu", (void *)shrunk, (void *)block,
+            shoal_malloc_usable_size(shrunk));
+  CHECK(pattern_check(shrunk, 9 * KIB, 13));
+  shoal_free(shrunk);
 }
 
 #if !defined(_WIN32) /* Windows has no transparent huge pages to ask for */

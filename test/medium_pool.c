@@ -8,8 +8,7 @@
  *   1. the main thread's blocks: 3000 from the pool under 1 only, 9000
  *      under 1 and 2, 8192 and 40000 never; each keeps its contents;
  *   2. realloc moving a block to 9000 bytes never takes it from the pool
- *      (another thread's large block: the main thread's own shrinks in
- *      place);
+ *      (a huge block's: a large one shrinks in place);
  *   3. another thread frees one of the main thread's pool blocks: under 2
  *      the main thread's next 9000 come from the class, under 1 still from
  *      the pool; its other pool blocks keep their contents and free well;
@@ -61,14 +60,6 @@ static void *free_elsewhere(void *p) {
   return NULL;
 }
 
-static void *allocate_large(void *arg) {
-  void **out = arg;
-  *out = shoal_malloc(40000);
-  CHECK(*out != NULL);
-  fill(*out, 40000, 0x55);
-  return NULL;
-}
-
 static void *new_thread_takes(void *arg) {
   (void)arg;
   void *p = take(UPPER, mode != 0, 0x5a);
@@ -95,22 +86,22 @@ int main(void) {
   shoal_free(lower);
   shoal_free(edge);
 
-  /* 2. Shrunk to under half its size, the thread's own large block stays
-   * where it is; another thread's moves, into a class block. */
+  /* 2. Shrunk to under half its size, the large block stays where it is;
+   * a huge block moves, into a class block. */
   void *shrunk = shoal_realloc(large, UPPER);
   CHECK(shrunk == large && holds(shrunk, UPPER, 0x44));
   shoal_free(shrunk);
-  pthread_t thread;
-  void *foreign = NULL;
-  CHECK(pthread_create(&thread, NULL, allocate_large, &foreign) == 0);
-  CHECK(pthread_join(thread, NULL) == 0);
-  void *moved = shoal_realloc(foreign, UPPER);
-  CHECK(moved != NULL && moved != foreign);
+  void *huge = shoal_malloc(2 << 20);
+  CHECK(huge != NULL);
+  fill(huge, UPPER, 0x55);
+  void *moved = shoal_realloc(huge, UPPER);
+  CHECK(moved != NULL && moved != huge);
   CHECK(shoal_block_size(moved) == usable_of(UPPER, false));
   CHECK(holds(moved, UPPER, 0x55));
   shoal_free(moved);
 
   /* 3. */
+  pthread_t thread;
   void *given = take(UPPER, pooled_in_mode(UPPER), 0x66);
   CHECK(pthread_create(&thread, NULL, free_elsewhere, given) == 0);
   CHECK(pthread_join(thread, NULL) == 0);

@@ -450,15 +450,23 @@ static inline bool realloc_fits(size_t usable, size_t size) {
   return size <= usable && (size >= usable / 2 || usable <= 128);
 }
 
+/* Shrunk to `size` from its page's start, the large block still spans all
+ * its slices: it stays as it is, with nothing to give back. */
+static inline bool large_keeps_slices(const shoal_page_t *page, size_t size) {
+  return size <= page->block_size && size > REALLOC_LARGE_FROM &&
+         (size + SLICE_SIZE - 1) / SLICE_SIZE == page->slice_count;
+}
+
 /* A large block that keeps more than REALLOC_LARGE_FROM (an eighth of a
  * slice) shrinks where it is: a buffer that shrinks tends to grow again,
  * and its last slice is resident already up to where the block reached. A
  * move into a class block holds that block beside the slice, which waits
- * for the next large block (mtrealloc, buffers of 1 byte to 48 KiB, t=2 /
- * t=8: peak RSS +5 / +6 % when blocks moved below half, +3 / +3 % when
- * they moved below a quarter of the slice). Whole slices past the new end
- * go back to the segment. False, unchanged, for a borrowed page, whose
- * slices are another heap's. */
+ * for the next large block (mtrealloc, buffers of 1 byte to 48 KiB, full
+ * size, t=2 / t=8: peak RSS +8 / +9 % and time +8 / +11 % when blocks
+ * moved below half; +3 / +3 % peak RSS when they moved below a quarter of
+ * the slice). Whole slices past the new end go back to the segment (the
+ * rest stays: large_keeps_slices). False, unchanged, for a borrowed page,
+ * whose slices are another heap's. */
 static bool large_shrink(shoal_heap_t *heap, shoal_page_t *page, size_t wanted) {
   size_t slices = (wanted + SLICE_SIZE - 1) / SLICE_SIZE;
   if (slices == page->slice_count) return true;
@@ -555,7 +563,7 @@ void *core_realloc(void *p, size_t size, caller_t caller) {
           realloc_fits(huge_usable_size(segment_of(p), p), size))
         return p;
       if (p == page->start && page->size_class == CLASS_LARGE &&
-          realloc_fits(page->block_size, size))
+          (realloc_fits(page->block_size, size) || large_keeps_slices(page, size)))
         return p;
     }
   }
