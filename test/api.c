@@ -531,6 +531,31 @@ static void test_large_blocks_shrink_in_place(void) {
   shoal_free(shrunk);
 }
 
+/* A huge block that realloc grows past its mapping moves, with its
+ * contents, into a freed block of the cache that holds the new size (its
+ * pages are resident: a remap would fault in the new tail), and the block
+ * it leaves waits in the cache for the next. */
+static void test_huge_grows_into_cached(void) {
+  shoal_collect(true);                                  /* empties the cache of freed huge blocks */
+  uint8_t *spare = shoal_malloc(opaque_size(12 * MIB)); /* a mapping of 16 MiB */
+  uint8_t *block = shoal_malloc(opaque_size(3 * MIB));  /* of 4 MiB */
+  CHECK(spare != NULL && block != NULL);
+  memset(spare, 0x77, 12 * MIB);
+  pattern_fill(block, 3 * MIB, 21);
+  shoal_free(spare);
+  uint8_t *grown = shoal_realloc(block, opaque_size(10 * MIB));
+  CHECK_CTX(grown == spare, "realloc(3 MiB -> 10 MiB) = %p, not the cached block at %p",
+            (void *)grown, (void *)spare);
+  CHECK(shoal_malloc_usable_size(grown) >= 10 * MIB && pattern_check(grown, 3 * MIB, 21));
+  memset(grown + 3 * MIB, 0x5a, 7 * MIB);
+  uint8_t *again = shoal_malloc(opaque_size(3 * MIB)); /* the block realloc left */
+  CHECK_CTX(again == block, "malloc(3 MiB) = %p, not the cached block at %p", (void *)again,
+            (void *)block);
+  shoal_free(again);
+  shoal_free(grown);
+  shoal_collect(true);
+}
+
 #if !defined(_WIN32) /* Windows has no transparent huge pages to ask for */
 /* Whether the mapping holding p carries the kernel's "hg" flag (madvised
  * for transparent huge pages), from /proc/self/smaps. */
@@ -697,6 +722,7 @@ int main(void) {
   test_owns_foreign();
   test_large_blocks_grow_in_place();
   test_large_blocks_shrink_in_place();
+  test_huge_grows_into_cached();
 #if !defined(_WIN32)
   test_huge_pages_advice();
 #endif

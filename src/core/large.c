@@ -2,9 +2,10 @@
  *
  * The mapping starts with a segment header (so a pointer still finds its
  * page by masking) and the block follows at HUGE_BLOCK_OFFSET, or at the
- * requested alignment. Growth uses mremap, which moves page tables instead
- * of bytes, and grows by a quarter at least; a shrink to half the mapping
- * or more keeps it (huge_realloc). Freed blocks
+ * requested alignment. Growth moves into a cached block that holds the new
+ * size, or else uses mremap, which moves page tables instead of bytes, and
+ * grows by a quarter at least; a shrink to half the mapping or more keeps
+ * it (huge_realloc). Freed blocks
  * wait in a cache (huge_free says how much it keeps) so a program that
  * frees and re-allocates big buffers does not fault them in again each
  * time; what has waited a second or more is unmapped at a thread's next
@@ -168,9 +169,10 @@ static bool huge_resize_mapping(shoal_segment_t **segment, size_t mapped) {
  * lower peak. */
 #define HUGE_SERVE_WHOLE_FACTOR 4
 
-/* Best fit from the cache. Missing that, the largest cached block grows to
- * size: its resident pages need no fault, only the new tail does. */
-static shoal_segment_t *huge_cache_take(size_t mapped) {
+/* Best fit from the cache. Missing that, and with `or_largest`, the
+ * largest cached block grows to size: its resident pages need no fault,
+ * only the new tail does. */
+static shoal_segment_t *huge_cache_take(size_t mapped, bool or_largest) {
   if (atomic_load_explicit(&cache.bytes, memory_order_relaxed) == 0) return NULL;
   shoal_segment_t *segment = NULL;
   for (int attempt = 0; attempt < 4 && segment == NULL; attempt++) { /* others take too */
@@ -183,7 +185,7 @@ static shoal_segment_t *huge_cache_take(size_t mapped) {
       if (size >= mapped && (best == HUGE_CACHE_SLOTS || size < slot_size(words[best]))) best = i;
       if (largest == HUGE_CACHE_SLOTS || size > slot_size(words[largest])) largest = i;
     }
-    if (best == HUGE_CACHE_SLOTS) best = largest;
+    if (best == HUGE_CACHE_SLOTS && or_largest) best = largest;
     if (best == HUGE_CACHE_SLOTS) return NULL;
     if (slot_take(best, words[best])) segment = slot_segment(words[best]);
   }
@@ -204,7 +206,7 @@ void *huge_alloc(size_t size, size_t alignment, bool zero) {
                                               : round_to_os_page(offset + size);
   shoal_segment_t *segment = NULL;
   bool fresh = false;
-  if (offset == HUGE_BLOCK_OFFSET) segment = huge_cache_take(mapped);
+  if (offset == HUGE_BLOCK_OFFSET) segment = huge_cache_take(mapped, true);
   if (segment == NULL) {
     /* A block of a huge page or more starts on one, so that its first
      * bytes get huge pages too and a move keeps them whole (os.h). */
@@ -348,6 +350,22 @@ void *huge_realloc(shoal_segment_t *segment, size_t new_size) {
    * 21,500 remaps and as many advices, glibc's one remap a page 19,500). */
   if (mapped > old_mapped && mapped < old_mapped + old_mapped / HUGE_GROWTH_DIVISOR)
     mapped = round_to_os_page(old_mapped + old_mapped / HUGE_GROWTH_DIVISOR);
+  /* Past its mapping, into a cached block that holds the new size already,
+   * by a copy: a remap keeps the block's pages but faults in its new tail,
+   * one by one where huge pages are short, at some 6 us a fault on a
+   * virtual machine, while the cache's blocks are resident (largeblk full:
+   * 13-15 % less time, peak RSS 279 -> 235 MB; quick: 9 % less time, peak
+   * RSS +4 %, the copy reading what the old block never had written). */
+  if (mapped > old_mapped) {
+    shoal_segment_t *cached = huge_cache_take(mapped, false);
+    if (cached != NULL) {
+      huge_set_header(cached, cached->size, offset);
+      memcpy(cached->pages[0].start, segment->pages[0].start, old_mapped - offset);
+      atomic_fetch_add_explicit(&stat_huge_blocks, 1, memory_order_relaxed);
+      huge_free(segment);
+      return cached->pages[0].start;
+    }
+  }
   shoal_segment_t *moved = segment;
   if (!huge_resize_mapping(&moved, mapped)) return NULL;
   /* A buffer that grows is written as it grows: huge pages take a fault per
