@@ -454,7 +454,7 @@ static inline bool realloc_fits(size_t usable, size_t size) {
  * its slices: it stays as it is, with nothing to give back. */
 static inline bool large_keeps_slices(const shoal_page_t *page, size_t size) {
   return size <= page->block_size && size > REALLOC_LARGE_FROM &&
-         (size + SLICE_SIZE - 1) / SLICE_SIZE == page->slice_count;
+         slices_spanned(size) == page->slice_count;
 }
 
 /* A large block that keeps more than REALLOC_LARGE_FROM (an eighth of a
@@ -468,7 +468,7 @@ static inline bool large_keeps_slices(const shoal_page_t *page, size_t size) {
  * rest stays: large_keeps_slices). False, unchanged, for a borrowed page,
  * whose slices are another heap's. */
 static bool large_shrink(shoal_heap_t *heap, shoal_page_t *page, size_t wanted) {
-  size_t slices = (wanted + SLICE_SIZE - 1) / SLICE_SIZE;
+  size_t slices = slices_spanned(wanted);
   if (slices == page->slice_count) return true;
   size_t old_bytes = page->block_size;
   heap_slow_enter(heap);
@@ -502,7 +502,7 @@ static slow_path void *realloc_slow(void *p, size_t size, caller_t caller) {
      * slices after it: no copy. */
     size_t old_bytes = page->block_size;
     size_t wanted = (size_t)((uint8_t *)p - page->start) + size;
-    size_t slices = (wanted + SLICE_SIZE - 1) / SLICE_SIZE;
+    size_t slices = slices_spanned(wanted);
     heap_slow_enter(heap);
     bool grown = slices <= page->slice_count || segment_page_grow(heap, page, slices);
     heap_slow_exit(heap);

@@ -1422,7 +1422,7 @@ void *heap_malloc_large(shoal_heap_t *heap, size_t size, size_t alignment) {
   heap_slow_enter(heap);
   heap_drain_notified(heap);
   heap_maybe_purge(heap);
-  size_t slices = (size + extra + SLICE_SIZE - 1) / SLICE_SIZE;
+  size_t slices = slices_spanned(size + extra);
   large_request_t request = {size, alignment};
   shoal_page_t *page = heap_shaped_page(heap, slices, large_page_shape, &request);
   if (page == NULL) {

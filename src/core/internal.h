@@ -716,6 +716,11 @@ void segment_purge_restart(struct shoal_heap_s *heap);
 void segment_move(struct shoal_heap_s *from, struct shoal_heap_s *to, shoal_segment_t *segment);
 void segment_purge_heap_lazy(struct shoal_heap_s *heap);
 
+/* The slices a block of `bytes` from a slice's start spans. */
+static inline size_t slices_spanned(size_t bytes) {
+  return (bytes + SLICE_SIZE - 1) / SLICE_SIZE;
+}
+
 /* The block size of a large page whose block must reach `bytes` past its
  * start: whole OS pages, not whole slices. The block never touches what
  * lies beyond in its last slice (no memory unless an earlier block of a
