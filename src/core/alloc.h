@@ -84,7 +84,7 @@ fast_path void *medium_borrow(shoal_heap_t *heap, uint8_t size_class) {
   unsigned reach = size_class + borrow_reach(size_class);
   for (unsigned k = size_class + 1u; k <= reach && k < (unsigned)CLASS_COUNT; k++) {
     shoal_page_t *lender = &heap->class_cache[k];
-    if (lender->free != NULL) return page_pop(heap, lender);
+    if (class_cache_marked(heap, (uint8_t)k) && lender->free != NULL) return page_pop(heap, lender);
     lender = heap->queues[k].first;
     if (lender != NULL && lender->free != NULL) return page_pop(heap, lender);
   }
@@ -165,6 +165,7 @@ fast_path bool remote_cache_push(shoal_heap_t *heap, shoal_page_t *page, void *p
   block->key = key;
   cache->free = block;
   cache->capacity++;
+  class_cache_mark(heap, size_class);
   return true;
 }
 
@@ -199,6 +200,7 @@ fast_path bool free_own_larger(shoal_page_t *page, void *p, size_t size_hint, ui
     block->key = key;
     cache->free = block;
     cache->capacity++;
+    class_cache_mark(heap, size_class);
 #if SHOAL_STATISTICS
     cache->own_frees++;
 #endif

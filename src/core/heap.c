@@ -131,16 +131,7 @@ static void queue_remove(shoal_heap_t *heap, shoal_page_t *page) {
   }
 }
 
-static void class_mark_queued(shoal_heap_t *heap, uint8_t size_class) {
-  heap->classes_queued[size_class / 64] |= (uint64_t)1 << (size_class % 64);
-}
-
-static bool class_was_queued(const shoal_heap_t *heap, uint8_t size_class) {
-  return (heap->classes_queued[size_class / 64] >> (size_class % 64)) & 1;
-}
-
 void heap_queue_push(shoal_heap_t *heap, shoal_page_t *page) {
-  class_mark_queued(heap, page->size_class);
   list_push_front(&heap->queues[page->size_class], page);
   heap_direct_update(heap, page->size_class);
 }
@@ -151,7 +142,6 @@ void heap_queue_push(shoal_heap_t *heap, shoal_page_t *page) {
  * pages as it went paid a slow path on every other malloc so. */
 void heap_queue_push_back(shoal_heap_t *heap, shoal_page_t *page) {
   page_queue_t *queue = &heap->queues[page->size_class];
-  class_mark_queued(heap, page->size_class);
   list_push_back(queue, page);
   if (queue->first == page) heap_direct_update(heap, page->size_class);
 }
@@ -948,7 +938,7 @@ static shoal_page_t *heap_depot_take(shoal_heap_t *heap, uint8_t size_class) {
   depot_note_wanted(size_class, now);
   chain_t chain = depot_take(size_class, now, heap_depot_home(heap));
   if (chain.head == NULL) return NULL;
-  class_mark_queued(heap, size_class);
+  class_cache_mark(heap, size_class);
   shoal_page_t *cache = &heap->class_cache[size_class];
   cache->free = chain.head;
   cache->capacity = cache->reserved = chain.count;
@@ -1023,12 +1013,14 @@ static shoal_page_t *heap_find_page(shoal_heap_t *heap, uint8_t size_class, bool
   heap_drain_notified(heap);
   if (unlikely(heap->touched_tails)) heap_tails_check(heap, os_now_ms());
   shoal_page_t *cache = &heap->class_cache[size_class];
-  if (cache->free != NULL) {
-    cache->size_class = size_class; /* its own class's: aligned requests may take it */
-    heap_direct_set(heap, size_class, cache);
-    return cache;
+  if (class_cache_marked(heap, size_class)) {
+    if (cache->free != NULL) {
+      cache->size_class = size_class; /* its own class's: aligned requests may take it */
+      heap_direct_set(heap, size_class, cache);
+      return cache;
+    }
+    class_cache_reset(heap, size_class);
   }
-  class_cache_reset(heap, size_class);
   shoal_page_t *page = heap_depot_take(heap, size_class);
   if (page == NULL) page = heap_find_queued_page(heap, size_class, may_borrow);
   if (page != NULL && (page->size_class != size_class || page == cache))
@@ -1333,7 +1325,7 @@ static void heap_depot_check(shoal_heap_t *heap) {
 void heap_class_cache_flush(shoal_heap_t *heap) {
   heap->outbox_home_only = true;
   for (uint8_t size_class = 0; size_class < CLASS_COUNT; size_class++) {
-    if (!class_was_queued(heap, size_class)) continue; /* its cache was never used */
+    if (!class_cache_marked(heap, size_class)) continue; /* its cache was never used */
     shoal_page_t *cache = &heap->class_cache[size_class];
     shoal_block_t *block = cache->free;
     class_cache_reset(heap, size_class);
@@ -1644,7 +1636,7 @@ void heap_fold_counters(shoal_heap_t *heap) {
   for (shoal_page_t *page = heap->reparked.first; page != NULL; page = page->next)
     page_fold_counters(heap, page);
   for (uint8_t size_class = 0; size_class < CLASS_COUNT; size_class++)
-    if (class_was_queued(heap, size_class)) class_cache_fold(heap, size_class);
+    if (class_cache_marked(heap, size_class)) class_cache_fold(heap, size_class);
   heap_slow_exit(heap);
 }
 

@@ -513,11 +513,13 @@ typedef struct shoal_heap_s {
    * back by another heap than took it). Kept with or without statistics. */
   _Atomic(size_t) pages_taken, pages_given;
   uint64_t outbox_occupied; /* (owner) a bit per slot holding blocks */
-  /* (owner) A bit per class that has had a page in its queue or a chain
-   * from the depot: only their class caches can hold blocks (a cache takes
-   * blocks only of a class the thread allocates), so only theirs are
-   * folded and flushed, and the others stay untouched (the sparse part). */
-  uint64_t classes_queued[(CLASS_COUNT + 63) / 64];
+  /* (owner) A bit per class whose cache has been given blocks (a push or
+   * a depot chain): only those caches are read, folded and flushed, and
+   * the others stay untouched, the sparse part of the heap. Where the
+   * kernel backs a read of untouched memory with a page of its own, as
+   * some do, a slow path that only looked at each class's cache made a
+   * page of them resident (a thread of one class: 8 KiB, not 4). */
+  uint64_t classes_cached[(CLASS_COUNT + 63) / 64];
   /* (owner) A depot found stale while a chain was sent: drained once the
    * outbox is whole again. Beside outbox_occupied, which every push writes. */
   bool depot_drain_due;
@@ -581,7 +583,8 @@ typedef struct shoal_heap_s {
    * pushes and used pops since it was last empty, reserved the pushes
    * counted as frees, own_frees the own pushes among those not counted yet.
    * Only these and `free` are set: a cache is never found by a free. Only
-   * the caches of classes_queued are ever written. */
+   * the caches of classes_cached are read, but by a push, which writes its
+   * cache right after. */
   shoal_page_t class_cache[CLASS_COUNT];
 } cache_aligned shoal_heap_t;
 
@@ -1002,6 +1005,14 @@ static inline void page_fold_counters(shoal_heap_t *heap, shoal_page_t *page) {
   (void)heap;
   (void)page;
 #endif
+}
+
+/* The class's cache has been given blocks (classes_cached). */
+static inline void class_cache_mark(shoal_heap_t *heap, uint8_t size_class) {
+  heap->classes_cached[size_class / 64] |= (uint64_t)1 << (size_class % 64);
+}
+static inline bool class_cache_marked(const shoal_heap_t *heap, uint8_t size_class) {
+  return (heap->classes_cached[size_class / 64] >> (size_class % 64)) & 1;
 }
 
 /* Hand out the page's next free block (the page has one): the pop every
