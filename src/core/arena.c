@@ -159,7 +159,8 @@ static void arena_retained_unmap(void) {
  * again) pays for each purge with a fault per page when it refills, and
  * each refault makes its memory manager slower than one that never gives
  * memory back. So when slices purged for good are taken again within
- * REFAULT_WINDOW_DELAYS of their purge, the delay in force doubles until it
+ * REFAULT_WINDOW_DELAYS of their purge (or a class page carves into the
+ * tail it gave back: heap.c, TAIL_PURGED), the delay in force doubles until it
  * is twice as long as they had been free (the delay, and the time since the
  * purge), up to PURGE_PACE_MAX_SHIFT doublings (640 ms at the default 10),
  * at most once a delay (a refill takes many slices at once: one refault);

@@ -237,6 +237,8 @@ typedef struct shoal_block_s {
 
 struct shoal_heap_s;
 
+#define TAIL_PURGED 2 /* touched_tail of a page whose tail went back (heap.c) */
+
 typedef struct shoal_page_s {
   /* Line 1, read-mostly, for other threads: a free from another thread
    * reads only this line (and writes line 3), never the owner's line 2.
@@ -248,7 +250,8 @@ typedef struct shoal_page_s {
   uint8_t slice_count;        /* (owner) slices spanned */
   uint8_t has_aligned;        /* (owner) an aligned block may be freed by an interior pointer */
   uint8_t touched_tail;       /* (owner) made on touched slices: what it has not carved may be
-                                 resident (heap.c, heap_purge_untouched_tails) */
+                                 resident (heap.c, heap_purge_untouched_tails); TAIL_PURGED:
+                                 given back, watched for a refault */
   _Atomic(uintptr_t) owner;   /* (owner) the heap; 0 while the slice is not a page */
   uint32_t reserved;          /* (owner) blocks the page can hold */
   uint8_t freed_class;        /* (owner) a free slice's: the class of the page that gave it back */
@@ -527,6 +530,7 @@ typedef struct shoal_heap_s {
    * outbox: every collect and every thread exit writes it. */
   bool outbox_home_only;
   bool touched_tails;           /* (owner) a page with touched_tail made since its tails' purge */
+  int64_t tails_purged_ms;      /* (owner) when the last tails went back (heap.c, TAIL_PURGED) */
   size_t purge_pending_bytes;   /* (owner) free dirty slice bytes not yet purged */
   _Atomic(int64_t) purge_at_ms; /* (owner, read by a free) when to purge them; 0: nothing pending */
   int64_t purge_latest_ms;      /* (owner) frees push purge_at_ms back no later than this */

@@ -1214,7 +1214,7 @@ static void *page_on_touched_slices(void *arg) {
   CHECK_CTX(after.purged_bytes >= before.purged_bytes + (size_t)(end - tail),
             "purged %zu bytes, the page's tail is %zu", after.purged_bytes - before.purged_bytes,
             (size_t)(end - tail));
-  CHECK(!page->touched_tail);
+  CHECK(page->touched_tail == TAIL_PURGED); /* given back, watched for a refault */
   for (size_t i = 0; i < size; i++) CHECK(first[i] == 0x33);
 #ifdef __linux__
   int pagemap = open("/proc/self/pagemap", O_RDONLY);
@@ -1264,17 +1264,17 @@ static void *page_tail_after_delay(void *arg) {
   shoal_heap_t *heap = thread_heap;
   CHECK(heap->touched_tails && heap->tails_purge_at_ms > os_now_ms());
   void *before = shoal_malloc(size_of_an_empty_class()); /* within the delay: kept */
-  CHECK(before != NULL && page->touched_tail);
+  CHECK(before != NULL && page->touched_tail == 1);
   uint8_t *second = shoal_malloc(size); /* the page carves again */
   CHECK(second != NULL && segment_page_of(segment_of(second), second) == page);
   CHECK(page->capacity == 2);
   memset(second, 0x44, size);
   heap->tails_purge_at_ms = os_now_ms(); /* the delay has passed */
   void *carving = shoal_malloc(size_of_an_empty_class());
-  CHECK(carving != NULL && page->touched_tail && heap->tails_purge_at_ms > os_now_ms());
+  CHECK(carving != NULL && page->touched_tail == 1 && heap->tails_purge_at_ms > os_now_ms());
   heap->tails_purge_at_ms = os_now_ms(); /* another delay, nothing carved */
   void *after = shoal_malloc(size_of_an_empty_class());
-  CHECK(after != NULL && !page->touched_tail);
+  CHECK(after != NULL && page->touched_tail == TAIL_PURGED);
   for (size_t i = 0; i < size; i++) CHECK(first[i] == 0x33 && second[i] == 0x44);
 #ifdef __linux__
   int pagemap = open("/proc/self/pagemap", O_RDONLY);
