@@ -517,8 +517,10 @@ typedef struct shoal_heap_s {
   _Atomic(size_t) pages_taken, pages_given;
   uint64_t outbox_occupied; /* (owner) a bit per slot holding blocks */
   /* (owner) A bit per class whose cache has been given blocks (a push or
-   * a depot chain): only those caches are read, folded and flushed, and
-   * the others stay untouched, the sparse part of the heap. Where the
+   * a depot chain): only those caches are looked at by the slow paths,
+   * folded and flushed, and the others stay untouched, the sparse part of
+   * the heap (a medium malloc's first look, alloc_slow_pop, reads its own
+   * class's, which the class's first own free writes anyway). Where the
    * kernel backs a read of untouched memory with a page of its own, as
    * some do, a slow path that only looked at each class's cache made a
    * page of them resident (a thread of one class: 8 KiB, not 4). */
@@ -529,7 +531,7 @@ typedef struct shoal_heap_s {
   /* (owner) Draining or leaving: every chain goes home. Here, not with the
    * outbox: every collect and every thread exit writes it. */
   bool outbox_home_only;
-  bool touched_tails;           /* (owner) a page with touched_tail made since its tails' purge */
+  bool touched_tails;           /* (owner) a page's tail to give back, or one given back to watch */
   int64_t tails_purged_ms;      /* (owner) when the last tails went back (heap.c, TAIL_PURGED) */
   size_t purge_pending_bytes;   /* (owner) free dirty slice bytes not yet purged */
   _Atomic(int64_t) purge_at_ms; /* (owner, read by a free) when to purge them; 0: nothing pending */
@@ -587,8 +589,8 @@ typedef struct shoal_heap_s {
    * pushes and used pops since it was last empty, reserved the pushes
    * counted as frees, own_frees the own pushes among those not counted yet.
    * Only these and `free` are set: a cache is never found by a free. Only
-   * the caches of classes_cached are read, but by a push, which writes its
-   * cache right after. */
+   * the caches of classes_cached are looked at (classes_cached says which
+   * other reads there are). */
   shoal_page_t class_cache[CLASS_COUNT];
 } cache_aligned shoal_heap_t;
 
