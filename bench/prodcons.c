@@ -9,13 +9,17 @@
  * Sizes: 24..1024 bytes, one in 32 up to 16 KiB. A consumer checks each
  * block's stamp and sequence number, then frees it.
  *
- * time_s: from the first allocation to the last free. */
+ * time_s: from the first allocation to the last free. peak_live_kb: the most
+ * bytes produced and not yet freed, sampled by the producer every
+ * LIVE_SAMPLE blocks: how far the consumers lag depends on how fast the
+ * producer runs, so peak RSS less this is what the allocator itself held. */
 #include "bench.h"
 
 #include <sched.h>
 #include <stdatomic.h>
 
 #define QUEUE_SLOTS 1024 /* per consumer; a power of two */
+#define LIVE_SAMPLE 4096 /* blocks between two looks at the bytes in flight */
 
 static const long SIZES[3] = {20000, 3000000, 10000000};
 
@@ -25,6 +29,8 @@ typedef struct queue {
   _Alignas(64) atomic_size_t tail; /* next slot to write; written by the producer */
   _Alignas(64) void *slots[QUEUE_SLOTS];
   uint64_t sum; /* consumer's sum of sequence numbers, read after join */
+  /* Bytes the consumer freed so far: written by it alone, read by the producer. */
+  _Alignas(64) atomic_uint_least64_t freed_bytes;
 } queue_t;
 
 typedef struct block_header {
@@ -49,13 +55,16 @@ static void *queue_pop(queue_t *q) {
 
 static void *consumer_run(void *arg) {
   queue_t *q = arg;
+  uint64_t freed_bytes = 0;
   for (;;) {
     block_header_t *b = queue_pop(q);
     if (b == NULL) break;
     size_t body = b->size - sizeof *b;
     block_check(b + 1, body, body, bench_tag(b->sequence), "consumer");
     q->sum += b->sequence;
+    freed_bytes += b->size;
     free(b);
+    atomic_store_explicit(&q->freed_bytes, freed_bytes, memory_order_relaxed);
   }
   return NULL;
 }
@@ -73,6 +82,7 @@ int main(int argc, char **argv) {
   memset(queues, 0, sizeof(queue_t) * (size_t)consumers);
   pthread_t *tids = bench_calloc((size_t)consumers, sizeof *tids);
   rng_t rng = rng_make(42);
+  uint64_t produced_bytes = 0, peak_live_bytes = 0;
 
   double start = bench_now();
   bench_spawn(tids, consumers, consumer_run, queues, sizeof(queue_t));
@@ -82,7 +92,14 @@ int main(int argc, char **argv) {
     block_stamp(b + 1, size - sizeof *b, bench_tag((uint64_t)i));
     b->sequence = (uint64_t)i;
     b->size = size;
+    produced_bytes += size; /* first: its consumer may free it before the push returns */
     queue_push(&queues[i % consumers], b);
+    if (i % LIVE_SAMPLE == 0) {
+      uint64_t freed = 0;
+      for (int c = 0; c < consumers; c++)
+        freed += atomic_load_explicit(&queues[c].freed_bytes, memory_order_relaxed);
+      if (produced_bytes - freed > peak_live_bytes) peak_live_bytes = produced_bytes - freed;
+    }
   }
   for (int c = 0; c < consumers; c++) queue_push(&queues[c], NULL);
   bench_join(tids, consumers);
@@ -92,7 +109,8 @@ int main(int argc, char **argv) {
   for (int c = 0; c < consumers; c++) sum += queues[c].sum;
   uint64_t n = (uint64_t)args.size;
   if (sum != n * (n - 1) / 2) bench_fail("blocks lost: sequence sum %lu", (unsigned long)sum);
-  bench_report("consumers=%d time_s=%.4f blocks=%ld", consumers, seconds, args.size);
+  bench_report("consumers=%d time_s=%.4f blocks=%ld peak_live_kb=%lu", consumers, seconds,
+               args.size, (unsigned long)(peak_live_bytes >> 10));
   free(queues);
   free(tids);
   return 0;
