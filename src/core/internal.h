@@ -508,6 +508,8 @@ typedef struct shoal_heap_s {
   uint32_t slow_depth;         /* (owner) */
   uint32_t serves_while_idle;  /* (under slow_lock) serves since the owner's last drain */
   uint32_t emptied_scan_class; /* (owner) where the next look for remotely emptied pages starts */
+  bool owner_cpu_noted;        /* (under slow_lock) heap_owner_only_away: */
+  int64_t owner_cpu_ms_noted;  /* the owner's CPU time when a serve first saw it runnable */
   shoal_segment_t *segments;   /* (owner) its segments that have a free slice (full ones
                                   aren't listed: a page allocation walks only what may serve) */
   heap_counters_t counters;
@@ -545,7 +547,8 @@ typedef struct shoal_heap_s {
    * meanwhile (preempted, never blocked): heap_owner_waits_for_core. */
   _Atomic(int64_t) owner_back_ms;
   _Atomic(bool) owner_was_preempted;
-  int64_t abandoned_ms;                 /* (servicer) when its thread exited */
+  _Atomic(int) owner_thread_id; /* (owner) os_thread_id once served, for os_thread_state; or 0 */
+  int64_t abandoned_ms;         /* (servicer) when its thread exited */
   struct shoal_heap_s *next_registered; /* (arena) every heap */
   struct shoal_heap_s *next_abandoned;  /* (arena) heaps waiting for adoption */
   /* Written by other threads: a line of its own, away from the owner's. */

@@ -382,6 +382,56 @@ os_thread_usage_t os_thread_usage(void) {
   return (os_thread_usage_t){cpu_us / 1000, (uint64_t)usage.ru_nivcsw, (uint64_t)usage.ru_nvcsw};
 }
 
+int os_thread_id(void) {
+  return (int)syscall(SYS_gettid);
+}
+
+/* USER_HZ's tick, asked at the first use: asked at start, sysconf faulted
+ * 60 KiB of the C library's text into every process (as os_now_ms says). */
+static _Atomic(int64_t) clock_tick_ms;
+
+/* /proc/self/task/<id>/stat: the state letter follows the name in
+ * parentheses (which may hold any byte, a parenthesis too); user and
+ * system time in ticks are the 12th and 13th fields after it. */
+bool os_thread_state(int thread_id, os_thread_state_t *state) {
+  if (thread_id <= 0) return false;
+  int64_t tick_ms = atomic_load_explicit(&clock_tick_ms, memory_order_relaxed);
+  if (tick_ms == 0) {
+    long ticks_per_second = sysconf(_SC_CLK_TCK);
+    tick_ms = ticks_per_second > 0 && ticks_per_second <= 1000 ? 1000 / ticks_per_second : 10;
+    atomic_store_explicit(&clock_tick_ms, tick_ms, memory_order_relaxed);
+  }
+  char path[48] = "/proc/self/task/", digits[12];
+  size_t length = 16, count = 0;
+  for (unsigned id = (unsigned)thread_id; id != 0; id /= 10)
+    digits[count++] = (char)('0' + id % 10);
+  while (count > 0) path[length++] = digits[--count];
+  memcpy(path + length, "/stat", 6);
+  int saved = errno;
+  int file = open(path, O_RDONLY | O_CLOEXEC);
+  char text[512];
+  ssize_t got = file < 0 ? -1 : read(file, text, sizeof text - 1);
+  if (file >= 0) close(file);
+  errno = saved;
+  if (got <= 0) return false;
+  text[got] = '\0';
+  const char *field = strrchr(text, ')');
+  if (field == NULL || field[1] != ' ') return false;
+  field += 2;
+  state->runnable = *field == 'R';
+  int64_t ticks[2] = {0, 0};
+  for (int index = 1; index <= 12; index++) { /* the state letter is field 0 */
+    while (*field != ' ' && *field != '\0') field++;
+    if (*field == '\0') return false;
+    field++;
+    if (index < 11) continue;
+    while (*field >= '0' && *field <= '9')
+      ticks[index - 11] = ticks[index - 11] * 10 + *field++ - '0';
+  }
+  state->cpu_ms = (ticks[0] + ticks[1]) * tick_ms;
+  return true;
+}
+
 uint64_t os_random_key(void) {
   uint64_t key = 0;
   if (getrandom(&key, sizeof key, GRND_NONBLOCK) != (ssize_t)sizeof key) {

@@ -74,6 +74,16 @@ typedef struct os_thread_usage_s {
   uint64_t preempted, waited;
 } os_thread_usage_t;
 os_thread_usage_t os_thread_usage(void);
+/* The calling thread's id, for os_thread_state; 0 where the OS gives none. */
+int os_thread_id(void);
+/* Another thread of this process as the OS sees it now: running or waiting
+ * for a core (not blocked, not asleep), and its CPU time so far (to the
+ * OS's tick). False where the OS does not tell. Several system calls. */
+typedef struct os_thread_state_s {
+  bool runnable;
+  int64_t cpu_ms;
+} os_thread_state_t;
+bool os_thread_state(int thread_id, os_thread_state_t *state);
 uint64_t os_random_key(void);
 void os_futex_wait(_Atomic(int) *address, int expected);
 void os_futex_wake_one(_Atomic(int) *address);

@@ -243,6 +243,15 @@ os_thread_usage_t os_thread_usage(void) {
   return (os_thread_usage_t){0, 0, 0}; /* Windows counts no preemptions per thread */
 }
 
+int os_thread_id(void) {
+  return 0;
+}
+
+bool os_thread_state(int thread_id, os_thread_state_t *state) {
+  (void)thread_id, (void)state;
+  return false;
+}
+
 /* No system call here gives randomness without a library shoal would have
  * to load (advapi32, bcrypt) inside the first malloc: the key mixes the
  * cycle counter, the process and thread ids and two addresses that address

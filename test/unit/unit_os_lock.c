@@ -1,11 +1,14 @@
 /* os and lock layers: aligned mappings, purge gives zero pages back, remap
  * keeps contents, alignment and the place within a huge page; the clock,
  * read through the vDSO where there is one, agrees with the C library's;
- * the lock excludes and wakes sleepers. */
+ * another thread reads as runnable while it spins, with its CPU time
+ * counted, and not while it blocks; the lock excludes and wakes sleepers. */
 #include "../testhelper.h"
 #include "core/internal.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #ifdef __linux__
 #include <sys/auxv.h>
 #include <time.h>
@@ -36,6 +39,65 @@ static void test_clock(void) {
   os_init();
   int64_t before = library_now_ms(), now = os_now_ms();
   CHECK(now >= before && now <= library_now_ms());
+}
+#endif
+
+#ifdef __linux__
+typedef struct watched_s {
+  _Atomic(int) id;
+  _Atomic(int) stop;
+  pthread_mutex_t mutex;
+  pthread_cond_t wake;
+} watched_t;
+
+static void *spin(void *arg) {
+  watched_t *watched = arg;
+  atomic_store(&watched->id, os_thread_id());
+  while (!atomic_load_explicit(&watched->stop, memory_order_relaxed)) {
+  }
+  return NULL;
+}
+
+static void *block(void *arg) {
+  watched_t *watched = arg;
+  pthread_mutex_lock(&watched->mutex);
+  atomic_store(&watched->id, os_thread_id());
+  while (!atomic_load(&watched->stop)) pthread_cond_wait(&watched->wake, &watched->mutex);
+  pthread_mutex_unlock(&watched->mutex);
+  return NULL;
+}
+
+/* Polls for up to 20 s (sanitizer builds on a busy machine) until the
+ * thread's state says `runnable` and, when spinning, a CPU time of 30 ms. */
+static bool thread_reaches(int id, bool runnable) {
+  for (int tries = 0; tries < 2000; tries++) {
+    os_thread_state_t state;
+    CHECK(os_thread_state(id, &state));
+    if (state.runnable == runnable && (!runnable || state.cpu_ms >= 30)) return true;
+    sleep_ms(10);
+  }
+  return false;
+}
+
+static void test_thread_state(void) {
+  os_thread_state_t state;
+  CHECK(!os_thread_state(0, &state) && !os_thread_state(-1, &state));
+  CHECK(!os_thread_state(0x3ffffff0, &state)); /* beyond any pid_max */
+  CHECK(os_thread_state(os_thread_id(), &state) && state.runnable);
+  for (int spinning = 0; spinning <= 1; spinning++) {
+    watched_t watched = {.mutex = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
+    pthread_t thread;
+    CHECK(pthread_create(&thread, NULL, spinning ? spin : block, &watched) == 0);
+    while (atomic_load(&watched.id) == 0) sched_yield();
+    CHECK_CTX(thread_reaches(atomic_load(&watched.id), spinning), "a %s thread never read as %s",
+              spinning ? "spinning" : "blocked",
+              spinning ? "runnable with 30 ms of CPU" : "not runnable");
+    pthread_mutex_lock(&watched.mutex);
+    atomic_store(&watched.stop, 1);
+    pthread_cond_signal(&watched.wake);
+    pthread_mutex_unlock(&watched.mutex);
+    CHECK(pthread_join(thread, NULL) == 0);
+  }
 }
 #endif
 
@@ -87,6 +149,7 @@ int main(void) {
   CHECK(os_now_ms() > 0);
 #ifdef __linux__
   test_clock();
+  test_thread_state();
 #endif
   CHECK(os_random_key() != 0);
 
