@@ -74,7 +74,7 @@ typedef struct os_thread_usage_s {
   uint64_t preempted, waited;
 } os_thread_usage_t;
 os_thread_usage_t os_thread_usage(void);
-/* The calling thread's id, for os_thread_state; 0 where the OS gives none. */
+/* The calling thread's id, for os_thread_state; 0 where that tells nothing. */
 int os_thread_id(void);
 /* Another thread of this process as the OS sees it now: running or waiting
  * for a core (not blocked, not asleep), and its CPU time so far (to the
