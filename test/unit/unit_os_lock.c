@@ -89,6 +89,9 @@ static void test_thread_state(void) {
     pthread_t thread;
     CHECK(pthread_create(&thread, NULL, spinning ? spin : block, &watched) == 0);
     while (atomic_load(&watched.id) == 0) sched_yield();
+    /* A name that holds what the state after it looks like: the state is
+     * read after the last parenthesis. */
+    CHECK(pthread_setname_np(thread, spinning ? "s) S 1 (" : "b) R 1 (") == 0);
     CHECK_CTX(thread_reaches(atomic_load(&watched.id), spinning), "a %s thread never read as %s",
               spinning ? "spinning" : "blocked",
               spinning ? "runnable with 30 ms of CPU" : "not runnable");
