@@ -386,21 +386,11 @@ int os_thread_id(void) {
   return (int)syscall(SYS_gettid);
 }
 
-/* USER_HZ's tick, asked at the first use: asked at start, sysconf faulted
- * 60 KiB of the C library's text into every process (as os_now_ms says). */
-static _Atomic(int64_t) clock_tick_ms;
-
 /* /proc/self/task/<id>/stat: the state letter follows the name in
  * parentheses (which may hold any byte, a parenthesis too); user and
  * system time in ticks are the 12th and 13th fields after it. */
 bool os_thread_state(int thread_id, os_thread_state_t *state) {
   if (thread_id <= 0) return false;
-  int64_t tick_ms = atomic_load_explicit(&clock_tick_ms, memory_order_relaxed);
-  if (tick_ms == 0) {
-    long ticks_per_second = sysconf(_SC_CLK_TCK);
-    tick_ms = ticks_per_second > 0 && ticks_per_second <= 1000 ? 1000 / ticks_per_second : 10;
-    atomic_store_explicit(&clock_tick_ms, tick_ms, memory_order_relaxed);
-  }
   char path[48] = "/proc/self/task/", digits[12];
   size_t length = 16, count = 0;
   for (unsigned id = (unsigned)thread_id; id != 0; id /= 10)
@@ -428,7 +418,8 @@ bool os_thread_state(int thread_id, os_thread_state_t *state) {
     while (*field >= '0' && *field <= '9')
       ticks[index - 11] = ticks[index - 11] * 10 + *field++ - '0';
   }
-  state->cpu_ms = (ticks[0] + ticks[1]) * tick_ms;
+  long ticks_per_second = sysconf(_SC_CLK_TCK); /* USER_HZ */
+  state->cpu_ms = (ticks[0] + ticks[1]) * 1000 / (ticks_per_second > 0 ? ticks_per_second : 100);
   return true;
 }
 
