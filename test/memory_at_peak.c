@@ -21,7 +21,8 @@ int main(void) {
   CHECK(large != NULL && huge != NULL);
   memset(large, 0x6b, LARGE_BYTES);
   memset(huge, 0x7c, HUGE_BYTES);
-  struct timespec hold = {0, 300 * 1000000}; /* the probe samples every few ms */
+  /* The probe samples every 5 ms: time for a walk on a busy machine too. */
+  struct timespec hold = {0, 500 * 1000000};
   nanosleep(&hold, NULL);
   for (size_t i = 0; i < SMALL_BLOCKS; i++) free(small[i]);
   free(large);
