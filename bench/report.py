@@ -102,13 +102,16 @@ def metric_table(title, key, scale, cases, allocators, cells):
         present = [v for v in values.values() if v is not None]
         best = min(present) if present else None
         row = [label]
+        most_runs = max(len(cells[(label, a)]["values"].get(key, [])) for a in allocators)
         for a in allocators:
             cell, v = cells[(label, a)], values[a]
             if v is None:
                 row.append(cell["status"].upper())
                 continue
             rel = v / best if best else None
-            row.append(f"{number(v / scale)} ±{spread(cell, key) * 100:.0f}% ({ratio(rel)})")
+            once = len(cell["values"][key]) == 1 and most_runs > 1  # a hopeless peer (run.py)
+            how = "1 run" if once else f"±{spread(cell, key) * 100:.0f}%"
+            row.append(f"{number(v / scale)} {how} ({ratio(rel)})")
         complete = len(present) == len(allocators)
         for a in allocators:
             relative[a].append(values[a] / best if complete and best else None)
@@ -309,6 +312,15 @@ plot for [i=2:{len(allocators) + 1}] '$DATA' using i:xtic(1) title columnheader
 
 # ---- everything ----------------------------------------------------------
 
+def hopeless_text(setup):
+    times, seconds, rss = setup.get("hopeless", (None, None, None))
+    if times is None or setup["runs"] < 2:
+        return ""
+    return (f"A peer whose first run of a case took {times} times the fastest first run and "
+            f"{seconds} s or more, with a peak RSS {rss} times the leanest or more, ran that "
+            "case once (\"1 run\"). ")
+
+
 def write_all(setup, cases, results):
     """Writes <date><suffix>.md, .csv and the charts; returns the Markdown."""
     allocators = list(setup["allocators"])
@@ -328,6 +340,7 @@ def write_all(setup, cases, results):
              "Lower is better everywhere. `time` is each workload's own time_s (bench/README.md "
              "says what it covers); peak RSS is the workload's VmHWM. The geometric mean is taken "
              "over the rows where every allocator succeeded. "
+             + hopeless_text(setup) +
              f"Total run time {setup['elapsed'] / 60:.1f} min.", ""]
     time_lines, shoal_ratios = metric_table("Time (s)", "time_s", 1, cases, allocators, cells)
     rss_lines, _ = metric_table("Peak RSS (MiB)", "peak_rss_kb", MIB_KB, cases, allocators, cells)

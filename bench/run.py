@@ -522,9 +522,35 @@ def noisy(case_results):
     return any(report.spread_of(values) > NOISY_SPREAD for values in times.values())
 
 
+# A peer whose first run of a case took HOPELESS_TIMES the best first run
+# and HOPELESS_S seconds or more, with a peak RSS of HOPELESS_RSS times the
+# leanest first run or more, runs that case only once: more runs would
+# change no ratio of the row (it is neither the fastest nor the leanest by
+# far), and each costs minutes (tbbmalloc's largemix took 366, 204 and 186 s
+# a run at 1, 2 and 8 threads, the best 0.75-1.0 s: 25 of a full run's
+# minutes went to its second and third runs). shoal runs every time.
+HOPELESS_TIMES = 20
+HOPELESS_S = 30
+HOPELESS_RSS = 1.25
+
+
+def hopeless(first_runs):
+    """The peers of these first runs (one a allocator) that run no more."""
+    ok = {r["allocator"]: r for r in first_runs
+          if r["status"] == "ok" and "time_s" in r["metrics"] and "peak_rss_kb" in r["metrics"]}
+    if len(ok) < 2:
+        return set()
+    fastest = min(r["metrics"]["time_s"] for r in ok.values())
+    leanest = min(r["metrics"]["peak_rss_kb"] for r in ok.values())
+    return {a for a, r in ok.items()
+            if a != "shoal" and r["wall_s"] >= HOPELESS_S
+            and r["metrics"]["time_s"] >= HOPELESS_TIMES * fastest
+            and r["metrics"]["peak_rss_kb"] >= HOPELESS_RSS * leanest}
+
+
 def run_all(cases, allocators, build_dir, size, runs, timeout_s, journal=None):
     """Runs every case under every allocator, interleaved, a noisy case
-    EXTRA_RUNS more times; returns the runs."""
+    EXTRA_RUNS more times and a hopeless peer's once; returns the runs."""
     names = list(allocators)
     progress = Progress(len(cases) * len(names) * runs)
     results = []
@@ -532,10 +558,13 @@ def run_all(cases, allocators, build_dir, size, runs, timeout_s, journal=None):
         binary = build_dir / case["workload"]
         case_results = []
         case_runs, k = runs, 0
+        once = set()
         while k < case_runs:
             rotation = names[k % len(names):] + names[:k % len(names)]
             for allocator in rotation:
                 kept = journal.take(case, allocator, k + 1) if journal else None
+                if kept is None and allocator in once:
+                    continue
                 if kept is not None:
                     result = dict(kept)
                 elif case["workload"] in RUNNERS:
@@ -554,9 +583,12 @@ def run_all(cases, allocators, build_dir, size, runs, timeout_s, journal=None):
                     print(f"    {case['label']} under {allocator}: {result['status']}: "
                           f"{result['message']}", file=sys.stderr)
             k += 1
+            if k == 1 and runs > 1:
+                once = hopeless(case_results)
+                progress.total -= (runs - 1) * len(once)
             if k == runs and runs >= 3 and noisy(case_results):
                 case_runs += EXTRA_RUNS
-                progress.total += EXTRA_RUNS * len(names)
+                progress.total += EXTRA_RUNS * (len(names) - len(once))
     return results
 
 
@@ -645,6 +677,7 @@ def main():
     subset = bool(args.only or args.alloc)
     setup = {"mode": mode, "runs": runs, "elapsed": elapsed, "load": load,
              "extra_runs": EXTRA_RUNS if runs >= 3 else 0, "noisy_spread": NOISY_SPREAD,
+             "hopeless": (HOPELESS_TIMES, HOPELESS_S, HOPELESS_RSS),
              "allocators": allocators,
              "missing": missing, "packages": {n: p for n, (_, p) in PEERS.items()},
              "results_dir": args.results_dir,

@@ -1,8 +1,11 @@
-"""Checks run.py's rule for noisy cases without running a workload: a fake
-runner, registered as run.py's runners of installed programs are, hands out
-preset times; a case whose first three runs spread over NOISY_SPREAD under
-some allocator must get EXTRA_RUNS more under every allocator, interleaved,
-and a steady case none. Run by ctest (bench_noisy_rule)."""
+"""Checks run.py's rules for how often a case runs, without running a
+workload: a fake runner, registered as run.py's runners of installed
+programs are, hands out preset times and peaks. A case whose first three
+runs spread over NOISY_SPREAD under some allocator must get EXTRA_RUNS more
+under every allocator, interleaved, and a steady case none; a peer whose
+first run is hopeless (HOPELESS_TIMES the fastest, HOPELESS_S seconds, a
+peak HOPELESS_RSS the leanest) runs once, shoal and every other peer as
+usual. Run by ctest (bench_noisy_rule)."""
 import sys
 from pathlib import Path
 
@@ -13,6 +16,15 @@ TIMES = {  # case -> allocator -> times of successive runs
     "steady": {"a": [1.0, 1.1, 0.95], "b": [2.0, 2.1, 1.9]},
     "noisy": {"a": [1.0, 1.0, 1.0, 1.0, 1.0], "b": [1.0, 2.0, 1.1, 1.2, 1.05]},
     "failing": {"a": [1.0, 1.0, 1.0], "b": [None, None, None]},
+    # Peers 40 times as slow: hopeless when also fat, not when lean or quick.
+    "hopeless": {"a": [1.0, 1.0, 1.0], "b": [40.0] * 3, "shoal": [40.0] * 3},
+    "slow_but_lean": {"a": [1.0, 1.0, 1.0], "b": [40.0] * 3, "shoal": [1.0] * 3},
+    "slow_but_short": {"a": [0.5, 0.5, 0.5], "b": [20.0] * 3, "shoal": [0.5] * 3},
+}
+PEAKS = {  # case -> allocator -> peak RSS of every run (default 1)
+    "hopeless": {"a": 100, "b": 200, "shoal": 200},
+    "slow_but_lean": {"a": 100, "b": 110, "shoal": 100},
+    "slow_but_short": {"a": 100, "b": 200, "shoal": 100},
 }
 calls = []
 
@@ -25,8 +37,9 @@ def fake_runner(label):
         if t is None:
             return {"status": "failed", "message": "no result line", "wall_s": 0.0,
                     "maxrss_kb": 0, "metrics": None}
-        return {"status": "ok", "message": "", "wall_s": t, "maxrss_kb": 1,
-                "metrics": {"time_s": t, "peak_rss_kb": 1}}
+        peak = PEAKS.get(label, {}).get(allocator, 1)
+        return {"status": "ok", "message": "", "wall_s": t, "maxrss_kb": peak,
+                "metrics": {"time_s": t, "peak_rss_kb": peak}}
     return runner
 
 
@@ -35,7 +48,7 @@ def main():
     for label in TIMES:
         run.RUNNERS[label] = fake_runner(label)
         cases.append({"workload": label, "label": label, "threads": None, "args": []})
-    results = run.run_all(cases, {"a": None, "b": None}, Path("."), "quick", 3, 1)
+    results = run.run_all(cases[:3], {"a": None, "b": None}, Path("."), "quick", 3, 1)
     runs = {}
     for r in results:
         runs.setdefault((r["case"]["label"], r["allocator"]), []).append(r["run"])
@@ -50,7 +63,20 @@ def main():
     calls.clear()
     single = run.run_all(cases[1:2], {"a": None, "b": None}, Path("."), "tiny", 1, 1)
     assert [r["run"] for r in single] == [1, 1], single
-    print("bench_noisy_rule: ok")
+    # The hopeless peer runs once; shoal, as slow and as fat, and the peers that
+    # are slow but lean, or slow but short, run three times.
+    calls.clear()
+    three = {"a": None, "b": None, "shoal": None}
+    results = run.run_all(cases[3:], three, Path("."), "quick", 3, 1)
+    runs = {}
+    for r in results:
+        runs.setdefault((r["case"]["label"], r["allocator"]), []).append(r["run"])
+    assert runs[("hopeless", "b")] == [1], runs
+    assert runs[("hopeless", "shoal")] == [1, 2, 3] and runs[("hopeless", "a")] == [1, 2, 3], runs
+    assert runs[("slow_but_lean", "b")] == [1, 2, 3], runs
+    assert runs[("slow_but_short", "b")] == [1, 2, 3], runs
+    assert run.HOPELESS_TIMES > 1 and run.HOPELESS_S > 0 and run.HOPELESS_RSS > 1
+    print("bench_noisy_rule: ok (noisy cases, hopeless peers)")
 
 
 if __name__ == "__main__":
