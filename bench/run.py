@@ -535,7 +535,7 @@ HOPELESS_RSS = 1.25
 
 
 def hopeless(first_runs):
-    """The peers of these first runs (one a allocator) that run no more."""
+    """The peers of these first runs (one per allocator) that run no more."""
     ok = {r["allocator"]: r for r in first_runs
           if r["status"] == "ok" and "time_s" in r["metrics"] and "peak_rss_kb" in r["metrics"]}
     if len(ok) < 2:
