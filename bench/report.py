@@ -312,6 +312,17 @@ plot for [i=2:{len(allocators) + 1}] '$DATA' using i:xtic(1) title columnheader
 
 # ---- everything ----------------------------------------------------------
 
+def run_time_text(setup):
+    """The run's length; a run that went on from a journal says what all its
+    runs took and how much of it the last sitting ran."""
+    if not setup.get("from_journal"):
+        return f"Total run time {setup['elapsed'] / 60:.1f} min."
+    fresh = setup["all_runs"] - setup["from_journal"]
+    return (f"Its {setup['all_runs']:,} runs took {setup['runs_wall'] / 60:.1f} min of wall "
+            f"time over the sittings of its journal; the last sitting ran {fresh:,} of them "
+            f"in {setup['elapsed'] / 60:.1f} min.")
+
+
 def hopeless_text(setup):
     times, seconds, rss = setup.get("hopeless", (None, None, None))
     if times is None or setup["runs"] < 2:
@@ -340,8 +351,7 @@ def write_all(setup, cases, results):
              "Lower is better everywhere. `time` is each workload's own time_s (bench/README.md "
              "says what it covers); peak RSS is the workload's VmHWM. The geometric mean is taken "
              "over the rows where every allocator succeeded. "
-             + hopeless_text(setup) +
-             f"Total run time {setup['elapsed'] / 60:.1f} min.", ""]
+             + hopeless_text(setup) + run_time_text(setup), ""]
     time_lines, shoal_ratios = metric_table("Time (s)", "time_s", 1, cases, allocators, cells)
     rss_lines, _ = metric_table("Peak RSS (MiB)", "peak_rss_kb", MIB_KB, cases, allocators, cells)
     lines += time_lines + [""] + rss_lines + [""] + extras_table(cases, allocators, cells) + [""]

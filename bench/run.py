@@ -566,7 +566,7 @@ def run_all(cases, allocators, build_dir, size, runs, timeout_s, journal=None):
                 if kept is None and allocator in once:
                     continue
                 if kept is not None:
-                    result = dict(kept)
+                    result = dict(kept, from_journal=True)
                 elif case["workload"] in RUNNERS:
                     result = RUNNERS[case["workload"]](allocator, allocators[allocator], size,
                                                        timeout_s)
@@ -676,6 +676,8 @@ def main():
 
     subset = bool(args.only or args.alloc)
     setup = {"mode": mode, "runs": runs, "elapsed": elapsed, "load": load,
+             "from_journal": sum(1 for r in results if r.get("from_journal")),
+             "runs_wall": sum(r.get("wall_s", 0.0) for r in results), "all_runs": len(results),
              "extra_runs": EXTRA_RUNS if runs >= 3 else 0, "noisy_spread": NOISY_SPREAD,
              "hopeless": (HOPELESS_TIMES, HOPELESS_S, HOPELESS_RSS),
              "allocators": allocators,

@@ -5,11 +5,14 @@ runs spread over NOISY_SPREAD under some allocator must get EXTRA_RUNS more
 under every allocator, interleaved, and a steady case none; a peer whose
 first run is hopeless (HOPELESS_TIMES the fastest, HOPELESS_S seconds, a
 peak HOPELESS_RSS the leanest) runs once, shoal and every other peer as
-usual. Run by ctest (bench_noisy_rule)."""
+usual. A run that goes on from a journal runs nothing the journal holds,
+and its report counts the journal's runs. Run by ctest (bench_noisy_rule)."""
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import report  # noqa: E402
 import run  # noqa: E402
 
 TIMES = {  # case -> allocator -> times of successive runs
@@ -76,7 +79,22 @@ def main():
     assert runs[("slow_but_lean", "b")] == [1, 2, 3], runs
     assert runs[("slow_but_short", "b")] == [1, 2, 3], runs
     assert run.HOPELESS_TIMES > 1 and run.HOPELESS_S > 0 and run.HOPELESS_RSS > 1
-    print("bench_noisy_rule: ok (noisy cases, hopeless peers)")
+    # A journal keeps each run; a second sitting runs none of them again, and
+    # the report's run time counts every run's wall time, from either sitting.
+    with tempfile.TemporaryDirectory() as directory:
+        path, two = Path(directory) / "journal", {"a": None, "b": None}
+        calls.clear()
+        first = run.run_all(cases[:1], two, Path("."), "quick", 3, 1, run.Journal(path, {}))
+        assert len(calls) == 6 and not any(r.get("from_journal") for r in first), calls
+        calls.clear()
+        again = run.run_all(cases[:1], two, Path("."), "quick", 3, 1, run.Journal(path, {}))
+        assert calls == [] and all(r.get("from_journal") for r in again), calls
+        assert [r["metrics"] for r in again] == [r["metrics"] for r in first]
+        text = report.run_time_text({"elapsed": 6.0, "from_journal": 6, "all_runs": 6,
+                                     "runs_wall": sum(r["wall_s"] for r in again)})
+        assert "6 runs took 0.2 min" in text and "ran 0 of them in 0.1 min" in text, text
+        assert report.run_time_text({"elapsed": 90.0}) == "Total run time 1.5 min."
+    print("bench_noisy_rule: ok (noisy cases, hopeless peers, journals)")
 
 
 if __name__ == "__main__":
