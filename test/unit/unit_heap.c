@@ -791,17 +791,32 @@ static void pin_to_one_core(void) {
   CHECK(sched_setaffinity(0, sizeof one, &one) == 0);
 }
 
+static pthread_mutex_t away_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t away_moved = PTHREAD_COND_INITIALIZER;
+
+static void away_step_set(int step) {
+  pthread_mutex_lock(&away_lock);
+  atomic_store(&away_step, step);
+  pthread_cond_broadcast(&away_moved);
+  pthread_mutex_unlock(&away_lock);
+}
+
 /* Asleep, the owner sleeps at least once, even when main has already done
- * its part: a thread away only because main ran first waited for the core. */
+ * its part (a thread away only because main ran first waited for the
+ * core), then blocks until main's step: a sleep that ends while main still
+ * frees leaves the owner runnable, waiting for the core, and under load
+ * long enough for a serve to find it so (heap.c, heap_owner_only_away). */
 static void away_until(int step, bool asleep) {
-  do {
-    if (asleep) {
-      struct timespec pause = {0, 200 * 1000};
-      nanosleep(&pause, NULL);
-    } else {
-      sched_yield();
-    }
-  } while (atomic_load(&away_step) < step);
+  if (!asleep) {
+    do sched_yield();
+    while (atomic_load(&away_step) < step);
+    return;
+  }
+  struct timespec pause = {0, 200 * 1000};
+  nanosleep(&pause, NULL);
+  pthread_mutex_lock(&away_lock);
+  while (atomic_load(&away_step) < step) pthread_cond_wait(&away_moved, &away_lock);
+  pthread_mutex_unlock(&away_lock);
 }
 
 static void *owner_away(void *arg) {
@@ -812,11 +827,11 @@ static void *owner_away(void *arg) {
    * the thread's start, whose page faults may have waited on main's
    * mapping calls (a voluntary switch: blocked, not preempted). */
   thread_heap->usage_at_return = os_thread_usage();
-  atomic_store(&away_step, 1); /* handed over */
+  away_step_set(1); /* handed over */
   away_until(2, asleep);
   shoal_free(shoal_malloc(3000)); /* back: a class it never used, a slow path */
   CHECK(atomic_load(&thread_heap->owner_was_preempted) == !asleep);
-  atomic_store(&away_step, 3);
+  away_step_set(3);
   away_until(4, asleep);
   return NULL;
 }
@@ -824,20 +839,20 @@ static void *owner_away(void *arg) {
 static size_t owner_away_purges(bool asleep) {
   long purge_delay_option = shoal_option_get(SHOAL_OPTION_PURGE_DELAY);
   shoal_option_set(SHOAL_OPTION_PURGE_DELAY, 2000); /* the first serve's due purge: far */
-  atomic_store(&away_step, 0);
+  away_step_set(0);
   pthread_t owner;
   CHECK(pthread_create(&owner, NULL, owner_away, asleep ? &away_step : NULL) == 0);
   away_until(1, false);
   size_t half = away_count / 2;
   for (size_t i = 0; i < half; i++) shoal_free(away_blocks[i]);
   heap_outbox_flush(thread_heap);
-  atomic_store(&away_step, 2);
+  away_step_set(2);
   away_until(3, false);
   size_t purges_before = shoal_stats().purges;
   for (size_t i = half; i < away_count; i++) shoal_free(away_blocks[i]);
   heap_outbox_flush(thread_heap);
   size_t purges = shoal_stats().purges - purges_before;
-  atomic_store(&away_step, 4);
+  away_step_set(4);
   CHECK(pthread_join(owner, NULL) == 0);
   shoal_option_set(SHOAL_OPTION_PURGE_DELAY, purge_delay_option);
   return purges;
@@ -851,7 +866,11 @@ static void test_owner_waiting_for_core(void) {
   away_blocks = malloc(away_count * sizeof *away_blocks);
   CHECK(away_blocks != NULL);
   CHECK(owner_away_purges(false) == 0);
-  CHECK(owner_away_purges(true) > 0);
+  /* Under load (a parallel ctest), a run now and then has its second half
+   * served too seldom to purge (no purge, none due): a few tries. */
+  size_t purged = 0;
+  for (int attempt = 0; attempt < 3 && purged == 0; attempt++) purged = owner_away_purges(true);
+  CHECK(purged > 0);
   free(away_blocks);
   shoal_collect(true);
   CHECK(sched_setaffinity(0, sizeof before, &before) == 0);
