@@ -940,10 +940,11 @@ static shoal_page_t *heap_serve_from_front(shoal_heap_t *heap, shoal_page_t *pag
   return page;
 }
 
-/* The malloc slow exit's second try for a medium class, without the heap's
- * slow lock: the queue's first page has nothing left to hand out, the next
- * one or two often have (rptest t=2: 92 % of the locked walks of the queue
- * found their page second or third; mstress t=2: 66 %). The queues are the
+/* The malloc slow exit's second try (alloc.h: alloc_slow_pop for a medium
+ * class, small_rotate for a small one), without the heap's slow lock: the
+ * queue's first page has nothing left to hand out, the next one or two
+ * often have (rptest t=2: 92 % of the locked walks of a medium queue found
+ * their page second or third; mstress t=2: 66 %). The queues are the
  * owner's alone (a thread serving an idle heap touches its parked pages,
  * never its queues) and a queued page's remote frees are taken without a
  * lock (page_collect_queued), so only parking a page needs the lock: the

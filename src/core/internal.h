@@ -135,10 +135,10 @@ static inline unsigned borrow_reach(unsigned size_class) {
   return size_class >= BORROW_WIDE_FROM_CLASS ? BORROW_WIDE_CLASSES : BORROW_CLASSES;
 }
 
-/* Pages after a medium class's spent first page that its malloc looks at
- * without the slow lock (heap.c, heap_queue_rotate): the locked walks of
- * rptest and mstress found their page second or third 92 % and 66 % of
- * the time, fourth or later almost never. */
+/* Pages after a class's spent first page that its malloc looks at without
+ * the slow lock (heap.c, heap_queue_rotate): the locked walks of rptest and
+ * mstress found their medium page second or third 92 % and 66 % of the
+ * time, fourth or later almost never. */
 #define QUEUE_ROTATE_TRIES 2
 
 /* Bytes per class of other threads' blocks a thread's remote cache keeps
@@ -850,7 +850,7 @@ void *heap_calloc_huge(shoal_heap_t *heap, size_t size);
 void *heap_malloc_large(shoal_heap_t *heap, size_t size, size_t alignment);
 void heap_queue_push(shoal_heap_t *heap, shoal_page_t *page);
 void heap_queue_push_back(shoal_heap_t *heap, shoal_page_t *page);
-/* The first page after a medium class's spent first one that has a block
+/* The first page after a class's spent first one that has a block
  * at hand (up to QUEUE_ROTATE_TRIES pages), now first; NULL: none. The
  * owner, without the slow lock. */
 shoal_page_t *heap_queue_rotate(shoal_heap_t *heap, uint8_t size_class);

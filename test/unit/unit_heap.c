@@ -520,6 +520,52 @@ static void test_freed_before_fresh(void) {
   shoal_collect(true);
 }
 
+/* ---- a small class's spent first page: the next page with a block ---- */
+
+static void *small_rotate_in_own_heap(void *arg) {
+  (void)arg;
+  enum { SIZE = 128 };
+  static void *before[1024], *in_first[1024], *in_second[1024];
+  size_t before_count;
+  shoal_page_t *first_page = fill_fresh_page(SIZE, before, &before_count, in_first);
+  size_t in_first_count = first_page->reserved;
+  memset(in_first[4], 0x44, SIZE);
+  memset(in_first[6], 0x66, SIZE);
+  in_second[0] = shoal_malloc(SIZE); /* the first page is full: a new one */
+  shoal_page_t *second_page = segment_page_of(segment_of(in_second[0]), in_second[0]);
+  CHECK(second_page != first_page && second_page->capacity < second_page->reserved);
+  void *freed = in_first[5];
+  shoal_free(freed); /* the full first page comes back, behind the second */
+  shoal_page_t **queue_first = &thread_heap->queues[size_class_of(SIZE)].first;
+  CHECK(*queue_first == second_page && second_page->next == first_page);
+  size_t in_second_count = 1;
+  while (second_page->free != NULL) { /* what the second page carved so far */
+    CHECK(in_second_count < 1024);
+    in_second[in_second_count++] = shoal_malloc(SIZE);
+  }
+  shoal_stats_t stats_before, stats_after;
+  shoal_stats_get(&stats_before);
+  void *next = shoal_malloc(SIZE);
+  shoal_stats_get(&stats_after);
+  CHECK(next == freed); /* not the second page's next never-used block */
+  /* Without the slow path (small_rotate): the page that had it goes first. */
+  CHECK(!stats_after.counters_enabled || stats_after.slow_paths == stats_before.slow_paths);
+  CHECK(*queue_first == first_page && first_page->next == second_page);
+  CHECK(thread_heap->direct_page[SIZE / WORD_SIZE] == first_page);
+  memset(next, 0x5c, SIZE); /* its neighbours keep their contents */
+  CHECK(((uint8_t *)in_first[4])[SIZE - 1] == 0x44 && ((uint8_t *)in_first[6])[0] == 0x66);
+  shoal_free(next);
+  for (size_t i = 0; i < in_second_count; i++) shoal_free(in_second[i]);
+  for (size_t i = 0; i < in_first_count; i++)
+    if (in_first[i] != freed) shoal_free(in_first[i]);
+  for (size_t i = 0; i < before_count; i++) shoal_free(before[i]);
+  return NULL;
+}
+
+static void test_small_rotate(void) {
+  run_in_thread(small_rotate_in_own_heap);
+}
+
 /* ---- a class with no free block takes a neighbour's ---- */
 
 static void *borrow_in_own_heap(void *arg) {
@@ -1392,6 +1438,7 @@ int main(void) {
   test_remote_class_cache();
   test_own_medium_cache();
   test_freed_before_fresh();
+  test_small_rotate();
   test_borrow();
   test_remote_emptied_retired();
   test_cached_segment_pending();
