@@ -489,6 +489,22 @@ static void test_own_medium_cache(void) {
 
 /* ---- blocks freed into a page behind the first come before fresh ones ---- */
 
+/* A malloc that must take `freed`, the one free block of the page behind
+ * its class's spent first page, without the slow path (heap_queue_rotate):
+ * the page that had it goes first, the spent one behind it. */
+static void *malloc_rotating(size_t size, void *freed, shoal_page_t *spent, shoal_page_t *behind) {
+  shoal_page_t **queue_first = &thread_heap->queues[size_class_of(size)].first;
+  CHECK(*queue_first == spent && spent->next == behind);
+  shoal_stats_t before, after;
+  shoal_stats_get(&before);
+  void *block = shoal_malloc(size);
+  shoal_stats_get(&after);
+  CHECK(block == freed); /* not the spent page's next never-used block */
+  CHECK(!after.counters_enabled || after.slow_paths == before.slow_paths);
+  CHECK(*queue_first == behind && behind->next == spent);
+  return block;
+}
+
 static void test_freed_before_fresh(void) {
   enum { SIZE = 3000 };
   static void *before[1024], *in_first[1024];
@@ -501,17 +517,7 @@ static void test_freed_before_fresh(void) {
   CHECK(second_page != first_page && second_page->capacity < second_page->reserved);
   void *freed = in_first[3];
   shoal_free(freed);
-  shoal_page_t **queue_first = &thread_heap->queues[size_class_of(SIZE)].first;
-  CHECK(*queue_first == second_page && second_page->next == first_page);
-  shoal_stats_t stats_before, stats_after;
-  shoal_stats_get(&stats_before);
-  void *next = shoal_malloc(SIZE);
-  shoal_stats_get(&stats_after);
-  CHECK(next == freed); /* not the second page's next never-used block */
-  /* Found without the slow path (heap_queue_rotate): the page that had it
-   * goes first, the one that had none behind it. */
-  CHECK(!stats_after.counters_enabled || stats_after.slow_paths == stats_before.slow_paths);
-  CHECK(*queue_first == first_page && first_page->next == second_page);
+  void *next = malloc_rotating(SIZE, freed, second_page, first_page);
   shoal_free(next);
   shoal_free(in_second);
   for (size_t i = 0; i < in_first_count; i++)
@@ -536,21 +542,12 @@ static void *small_rotate_in_own_heap(void *arg) {
   CHECK(second_page != first_page && second_page->capacity < second_page->reserved);
   void *freed = in_first[5];
   shoal_free(freed); /* the full first page comes back, behind the second */
-  shoal_page_t **queue_first = &thread_heap->queues[size_class_of(SIZE)].first;
-  CHECK(*queue_first == second_page && second_page->next == first_page);
   size_t in_second_count = 1;
   while (second_page->free != NULL) { /* what the second page carved so far */
     CHECK(in_second_count < 1024);
     in_second[in_second_count++] = shoal_malloc(SIZE);
   }
-  shoal_stats_t stats_before, stats_after;
-  shoal_stats_get(&stats_before);
-  void *next = shoal_malloc(SIZE);
-  shoal_stats_get(&stats_after);
-  CHECK(next == freed); /* not the second page's next never-used block */
-  /* Without the slow path (small_rotate): the page that had it goes first. */
-  CHECK(!stats_after.counters_enabled || stats_after.slow_paths == stats_before.slow_paths);
-  CHECK(*queue_first == first_page && first_page->next == second_page);
+  void *next = malloc_rotating(SIZE, freed, second_page, first_page); /* small_rotate */
   CHECK(thread_heap->direct_page[SIZE / WORD_SIZE] == first_page);
   memset(next, 0x5c, SIZE); /* its neighbours keep their contents */
   CHECK(((uint8_t *)in_first[4])[SIZE - 1] == 0x44 && ((uint8_t *)in_first[6])[0] == 0x66);
