@@ -97,9 +97,10 @@ fast_path void *medium_borrow(shoal_heap_t *heap, uint8_t size_class) {
  * random order spreads its frees over all the class's pages, and the first
  * page runs dry long before the others (larson, 1 thread: a slow path for
  * 7 % of its mallocs, each taking the heap's lock; with this, 0.3 %, and
- * -13 % time; smallobj -11 %, mstress t=2 -10 %). Only the class's own
- * first page: not a page lent by the next class, nor the class cache.
- * Other threads' parcels are delivered first, as for a medium class. */
+ * -15 % time; smallobj -7 %; medians of 5, bench/README.md). Only the
+ * class's own first page: not a page lent by the next class, nor the class
+ * cache, whose blocks the slow path takes when no page has one. Other
+ * threads' parcels are delivered first, as for a medium class. */
 fast_path void *small_rotate(shoal_heap_t *heap, shoal_page_t *page, uint8_t size_class) {
   if (page->next == NULL || page->size_class != size_class ||
       heap->queues[size_class].first != page)
