@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tools/memory-at-peak.sh on a program that holds known amounts
 # (memory_at_peak.c): the walk at the peak finds them in their rows (the
-# small class's row, the large blocks, the huge blocks), and the rows add
-# up to the RSS the walk saw.
+# small class's row, the large blocks, the huge blocks; the blocks another
+# thread freed, on their pages' lists), and the rows add up to the RSS the
+# walk saw.
 #   memory_at_peak.sh SOURCE_DIR PROGRAM LIBSHOAL.SO
 set -u
 source_dir=$1
@@ -17,7 +18,8 @@ check '[ $status = 0 ]' "the probe or the program failed: $report"
 field() { echo "$report" | sed -n "s/.*$1=\([0-9]*\).*/\1/p" | head -1; }
 row() { echo "$report" | sed -n "s/^ *$1 *\([0-9]*\) KB.*/\1/p" | head -1; }
 small=$(field small_kb) block=$(field small_block) large=$(field large_kb) huge=$(field huge_kb)
-check '[ -n "$small" ] && [ -n "$block" ] && [ -n "$large" ] && [ -n "$huge" ]' \
+remote=$(field remote_kb)
+check '[ -n "$small" ] && [ -n "$block" ] && [ -n "$large" ] && [ -n "$huge" ] && [ -n "$remote" ]' \
   "the program did not say what it held: $report"
 walked=$(echo "$report" | sed -n 's/.*walked at \([0-9]*\) KB.*/\1/p')
 check '[ -n "$walked" ] && [ "$walked" -ge $((small + large + huge)) ]' \
@@ -27,6 +29,21 @@ check '! echo "$report" | grep -q "missed the peak"' "the walk missed the peak: 
 handed_out=$(row "of it, blocks handed out (remote frees too)")
 check '[ -n "$handed_out" ] && [ "$handed_out" -ge "$small" ]' \
   "class pages hand out ${handed_out:-nothing}, less than the $small KB held: $report"
+with_program=$(row "with the program (and in the depot)")
+check '[ -n "$with_program" ] && [ "$with_program" -ge "$small" ]' \
+  "blocks with the program: ${with_program:-none}, less than the $small KB held: $report"
+pending=$(row "freed by others, on their pages' lists")
+check '[ -n "$pending" ] && [ "$pending" -ge $((remote - 1)) ] && [ "$pending" -le "$remote" ]' \
+  "the $remote KB another thread freed are not on their pages' lists: $report"
+parts=$((with_program + pending))
+for name in "freed, in class caches" "freed by others, in their outboxes" \
+  "freed by others, in owners' mailboxes"; do
+  value=$(row "$name")
+  check '[ -n "$value" ]' "no row \"$name\": $report"
+  parts=$((parts + ${value:-0}))
+done
+check '[ "$parts" -le "$handed_out" ] && [ "$parts" -ge $((handed_out - 5)) ]' \
+  "the blocks handed out split into $parts KB, not $handed_out: $report"
 class_row=$(echo "$report" | grep -E "^  class +[0-9]+ +$block B:")
 class_resident=$(echo "$class_row" | sed -n 's/.* \([0-9]*\) KB resident.*/\1/p')
 class_handed=$(echo "$class_row" | sed -n 's/.* \([0-9]*\) handed out.*/\1/p')

@@ -11,7 +11,12 @@
  * what each run of slices holds. At exit it prints the last walk: class
  * pages (resident, carved, handed out), large blocks, free slices (freed
  * since their heap's last purge, older, purged lazily), segment headers,
- * huge blocks, the rest of the process.
+ * huge blocks, the rest of the process. The blocks handed out split into
+ * those the program holds (or the depot: it is not read) and those freed
+ * but not yet back on their page's free list: on the page's list of other
+ * threads' frees (its count), in the heaps' class caches, in their
+ * outboxes and in their owners' mailboxes (read from the heap structs of
+ * the segments' owners, their resident OS pages only).
  *
  * A developer's probe, not a diagnostic of the library: it reads another
  * thread's structures without their locks, so a figure may be off by a
@@ -45,6 +50,7 @@
 
 typedef struct {
   long pages, resident, carved, in_use;
+  long remote_pending; /* of in_use: freed by other threads, on the page's list */
   uint32_t block_size;
 } class_row_t;
 
@@ -60,6 +66,7 @@ typedef struct {
   long heap_segments, cached_segments, huge_segments;
   long headers, huge_resident;
   long free_resident[FREE_KINDS];
+  long in_caches, in_outboxes, in_mailboxes; /* of the blocks handed out: held by heaps */
   class_row_t rows[ROWS];
   heap_row_t heaps[MAX_HEAPS];
   int heap_count;
@@ -167,6 +174,9 @@ static void walk_slices(walk_t *walk, const shoal_segment_t *segment, const unsi
     row->resident += resident;
     row->carved += (long)page->capacity * page->block_size;
     row->in_use += (long)page->used * page->block_size;
+    uint64_t pending =
+        atomic_load_explicit(&page->xthread_free, memory_order_relaxed) >> XTHREAD_COUNT_SHIFT;
+    row->remote_pending += (long)pending * page->block_size;
     row->block_size = page->block_size;
     if (owner != NULL) owner->resident_in_pages += resident;
     slice += count;
@@ -199,6 +209,35 @@ static void walk_segment(walk_t *walk, uintptr_t at) {
   skip_segment = NULL;
 }
 
+/* What a heap holds of other pages' blocks: its class caches (the thread's
+ * own medium blocks and other threads' blocks it freed) and its outbox
+ * (other threads' blocks on their way home). Only the heap's resident OS
+ * pages are read: reading an untouched one would map it. */
+static void walk_heap_holdings(walk_t *walk, const shoal_heap_t *heap) {
+  static unsigned char vector[sizeof(shoal_heap_t) / OS_PAGE + 2];
+  uintptr_t first = (uintptr_t)heap & ~(uintptr_t)(OS_PAGE - 1);
+  size_t span = (uintptr_t)heap + sizeof *heap - first;
+  if (mincore((void *)first, span, vector) != 0) return;
+#define RESIDENT(address) (vector[((uintptr_t)(address)-first) / OS_PAGE] & 1)
+  for (int c = 0; c < CLASS_COUNT; c++) {
+    const shoal_page_t *cache = &heap->class_cache[c];
+    if (!RESIDENT(cache) || !RESIDENT((const char *)(cache + 1) - 1)) continue;
+    long held = (long)cache->capacity - (long)cache->used;
+    if (held > 0) walk->in_caches += held * walk->rows[c].block_size;
+  }
+  walk->in_mailboxes += (long)atomic_load_explicit(&heap->mailbox_bytes, memory_order_relaxed);
+  if (!RESIDENT(&heap->outbox[0]) || !RESIDENT(&heap->outbox[OUTBOX_SLOTS - 1])) return;
+  for (unsigned i = 0; i < OUTBOX_SLOTS; i++) {
+    if (!((heap->outbox_occupied >> i) & 1)) continue;
+    const outbox_slot_t *slot = &heap->outbox[i];
+    if (slot->page != NULL)
+      walk->in_outboxes += (long)slot->chain.count * slot->page->block_size;
+    else
+      walk->in_outboxes += slot->mail.bytes;
+  }
+#undef RESIDENT
+}
+
 static void walk(walk_t *walk, long rss) {
   memset(walk, 0, sizeof *walk);
   walk->rss_kb = rss;
@@ -218,6 +257,7 @@ static void walk(walk_t *walk, long rss) {
     if (end == NULL) break;
     line = end + 1;
   }
+  for (int i = 0; i < walk->heap_count; i++) walk_heap_holdings(walk, walk->heaps[i].heap);
 }
 
 static void *watch(void *unused) {
@@ -255,7 +295,7 @@ __attribute__((constructor)) static void start(void) {
 }
 
 static void print_row(const char *what, long bytes, long of_kb) {
-  fprintf(stderr, "  %-44s %9ld KB %5.1f %%\n", what, bytes / 1024,
+  fprintf(stderr, "  %-48s %9ld KB %5.1f %%\n", what, bytes / 1024,
           of_kb > 0 ? 100.0 * (double)(bytes / 1024) / (double)of_kb : 0.0);
 }
 
@@ -289,6 +329,7 @@ __attribute__((destructor)) static void report(void) {
     classes.resident += walk->rows[c].resident;
     classes.carved += walk->rows[c].carved;
     classes.in_use += walk->rows[c].in_use;
+    classes.remote_pending += walk->rows[c].remote_pending;
   }
   const class_row_t *large = &walk->rows[CLASS_LARGE];
   long accounted = classes.resident + large->resident + walk->headers + walk->huge_resident;
@@ -296,6 +337,12 @@ __attribute__((destructor)) static void report(void) {
   snprintf(what, sizeof what, "class pages (%ld)", classes.pages);
   print_row(what, classes.resident, total);
   print_row("  of it, blocks handed out (remote frees too)", classes.in_use, total);
+  long held = classes.remote_pending + walk->in_caches + walk->in_outboxes + walk->in_mailboxes;
+  print_row("    with the program (and in the depot)", classes.in_use - held, total);
+  print_row("    freed by others, on their pages' lists", classes.remote_pending, total);
+  print_row("    freed, in class caches", walk->in_caches, total);
+  print_row("    freed by others, in their outboxes", walk->in_outboxes, total);
+  print_row("    freed by others, in owners' mailboxes", walk->in_mailboxes, total);
   print_row("  free blocks carved", classes.carved - classes.in_use, total);
   print_row("  resident, not carved", classes.resident - classes.carved, total);
   snprintf(what, sizeof what, "large blocks (%ld)", large->pages);

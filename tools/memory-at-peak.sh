@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Where a program's resident memory sits at its RSS peak under shoal: class
-# pages (resident, carved, handed out), large blocks, free slices waiting
+# pages (resident, carved, handed out: held by the program, or freed and on
+# their way back), large blocks, free slices waiting
 # for their purge, headers, huge blocks, the rest (tools/memory-at-peak.c
 # says how it reads them). The probe is built against this tree's headers:
 # watch a library built from the same tree.

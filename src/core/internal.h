@@ -239,6 +239,10 @@ struct shoal_heap_s;
 
 #define TAIL_PURGED 2 /* touched_tail of a page whose tail went back (heap.c) */
 
+/* xthread_free's bits from here on count the blocks on its list (user
+ * addresses have 47 bits, ADDRESS_BITS). */
+#define XTHREAD_COUNT_SHIFT 48
+
 typedef struct shoal_page_s {
   /* Line 1, read-mostly, for other threads: a free from another thread
    * reads only this line (and writes line 3), never the owner's line 2.

@@ -23,9 +23,8 @@
 #include <string.h>
 
 #define NOTIFY_BIT   ((uintptr_t)1)
-#define COUNT_SHIFT  48 /* user addresses have 47 bits (ADDRESS_BITS) */
-#define POINTER_MASK ((((uintptr_t)1 << COUNT_SHIFT) - 1) & ~NOTIFY_BIT)
-_Static_assert(ADDRESS_BITS < COUNT_SHIFT, "the count sits above every address");
+#define POINTER_MASK ((((uintptr_t)1 << XTHREAD_COUNT_SHIFT) - 1) & ~NOTIFY_BIT)
+_Static_assert(ADDRESS_BITS < XTHREAD_COUNT_SHIFT, "the count sits above every address");
 _Static_assert(SLICE_SIZE / MIN_BLOCK_SIZE < 65536, "a page's blocks fit the 16-bit count");
 
 uintptr_t free_key;
@@ -122,7 +121,7 @@ size_t page_collect(shoal_page_t *page) {
   /* Keep the notify bit as it is; take the list and its count. */
   word = atomic_exchange_explicit(&page->xthread_free, word & NOTIFY_BIT, memory_order_acquire);
   shoal_block_t *list = (shoal_block_t *)(word & POINTER_MASK);
-  uint32_t count = (uint32_t)(word >> COUNT_SHIFT);
+  uint32_t count = (uint32_t)(word >> XTHREAD_COUNT_SHIFT);
   if (list == NULL) return 0;
   if (page->free != NULL) {
     shoal_block_t *tail = list;
@@ -154,7 +153,7 @@ bool page_collect_queued(shoal_page_t *page) {
  * says so without a walk or an exchange. */
 bool page_collect_if_emptied(shoal_page_t *page) {
   uintptr_t word = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
-  if (page->used == 0 || (uint32_t)(word >> COUNT_SHIFT) != page->used) return false;
+  if (page->used == 0 || (uint32_t)(word >> XTHREAD_COUNT_SHIFT) != page->used) return false;
   page_collect(page);
   return page->used == 0;
 }
@@ -194,8 +193,8 @@ shoal_heap_t *page_push_remote(shoal_page_t *page, shoal_block_t *head, shoal_bl
   uintptr_t desired;
   do {
     tail->next = (shoal_block_t *)(word & POINTER_MASK);
-    desired =
-        (uintptr_t)head | ((uintptr_t)((uint32_t)(word >> COUNT_SHIFT) + count) << COUNT_SHIFT);
+    desired = (uintptr_t)head |
+              ((uintptr_t)((uint32_t)(word >> XTHREAD_COUNT_SHIFT) + count) << XTHREAD_COUNT_SHIFT);
     /* acq_rel: a pusher that clears the notify bit then uses the page's
      * notify link, which the owner's parking (a release) handed over. */
   } while (!atomic_compare_exchange_weak_explicit(&page->xthread_free, &word, desired,
