@@ -17,6 +17,16 @@ status=$?
 check '[ $status = 0 ]' "the probe or the program failed: $report"
 field() { echo "$report" | sed -n "s/.*$1=\([0-9]*\).*/\1/p" | head -1; }
 row() { echo "$report" | sed -n "s/^ *$1 *\([0-9]*\) KB.*/\1/p" | head -1; }
+# rows_sum: the named rows' sum; each must be there.
+sum_rows() {
+  rows_sum=0
+  local name value
+  for name in "$@"; do
+    value=$(row "$name")
+    check '[ -n "$value" ]' "no row \"$name\": $report"
+    rows_sum=$((rows_sum + ${value:-0}))
+  done
+}
 small=$(field small_kb) block=$(field small_block) large=$(field large_kb) huge=$(field huge_kb)
 remote=$(field remote_kb)
 check '[ -n "$small" ] && [ -n "$block" ] && [ -n "$large" ] && [ -n "$huge" ] && [ -n "$remote" ]' \
@@ -35,13 +45,9 @@ check '[ -n "$with_program" ] && [ "$with_program" -ge "$small" ]' \
 pending=$(row "freed by others, on their pages' lists")
 check '[ -n "$pending" ] && [ "$pending" -ge $((remote - 1)) ] && [ "$pending" -le "$remote" ]' \
   "the $remote KB another thread freed are not on their pages' lists: $report"
-parts=$((with_program + pending))
-for name in "freed, in class caches" "freed by others, in their outboxes" \
-  "freed by others, in owners' mailboxes"; do
-  value=$(row "$name")
-  check '[ -n "$value" ]' "no row \"$name\": $report"
-  parts=$((parts + ${value:-0}))
-done
+sum_rows "freed, in class caches" "freed by others, in their outboxes" \
+  "freed by others, in owners' mailboxes"
+parts=$((with_program + pending + rows_sum))
 check '[ "$parts" -le "$handed_out" ] && [ "$parts" -ge $((handed_out - 5)) ]' \
   "the blocks handed out split into $parts KB, not $handed_out: $report"
 class_row=$(echo "$report" | grep -E "^  class +[0-9]+ +$block B:")
@@ -57,16 +63,11 @@ huge_resident=$(row "huge blocks")
 check '[ "${huge_resident:-0}" -ge "$huge" ]' "the huge block's $huge KB are not in its row: $report"
 
 # Each row is rounded down to a KB: nine rows may lose up to 9 KB in all.
-sum=0
-for name in "class pages ([0-9]*)" "large blocks ([0-9]*)" \
+sum_rows "class pages ([0-9]*)" "large blocks ([0-9]*)" \
   "free slices, freed since their heap's purge" "free slices, older" \
   "free slices, lazily purged" "segment headers" "huge blocks" \
-  "the rest (code, stacks, heaps, other mappings)"; do
-  value=$(row "$name")
-  check '[ -n "$value" ]' "no row \"$name\": $report"
-  sum=$((sum + ${value:-0}))
-done
-check '[ "$sum" -le "$walked" ] && [ "$sum" -ge $((walked - 9)) ]' \
-  "the rows add up to $sum KB, not the $walked KB walked: $report"
+  "the rest (code, stacks, heaps, other mappings)"
+check '[ "$rows_sum" -le "$walked" ] && [ "$rows_sum" -ge $((walked - 9)) ]' \
+  "the rows add up to $rows_sum KB, not the $walked KB walked: $report"
 [ $fail = 0 ] && echo "memory_at_peak: the walk found what the program held, rows add up"
 exit $fail
