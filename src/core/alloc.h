@@ -99,19 +99,13 @@ fast_path void *medium_borrow(shoal_heap_t *heap, uint8_t size_class) {
  * 7 % of its mallocs, each taking the heap's lock; with this, 0.3 %, and
  * -15 % time; smallobj -7 %; medians of 5, bench/README.md). Only the
  * class's own first page: not a page lent by the next class, nor the class
- * cache, whose blocks the slow path takes when no page has one. Other
- * threads' parcels are delivered first, as for a medium class. */
+ * cache, whose blocks the slow path takes when no page has one. Unlike a
+ * medium class, nothing to deliver first: the mailbox carries medium
+ * blocks only (heap.c, outbox_goes_by_owner). */
 fast_path void *small_rotate(shoal_heap_t *heap, shoal_page_t *page, uint8_t size_class) {
   if (page->next == NULL || page->size_class != size_class ||
       heap->queues[size_class].first != page)
     return NULL;
-  if (unlikely(atomic_load_explicit(&heap->mailbox, memory_order_relaxed) != NULL)) {
-    heap_mailbox_deliver(heap); /* may retire pages: read the queue again */
-    page = heap->queues[size_class].first;
-    if (page == NULL) return NULL;
-    if (page->free != NULL) return page_pop(heap, page);
-    if (page->next == NULL) return NULL;
-  }
   page = heap_queue_rotate(heap, size_class);
   return page != NULL ? page_pop(heap, page) : NULL;
 }
