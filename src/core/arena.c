@@ -35,7 +35,8 @@ static struct {
   uint8_t *heap_chunk;                /* (arena) where the next heap is carved */
   size_t heap_chunk_left;             /* (arena) */
   _Atomic(size_t) heap_count;
-  size_t retained_count; /* (arena) */
+  _Atomic(size_t) heaps_live; /* (written under arena) of a thread: not abandoned, not orphaned */
+  size_t retained_count;      /* (arena) */
   /* (arena) segments purged whole, no longer in the segment map: address
    * space only. Last, so that the OS pages of the array that no one reaches
    * stay untouched. */
@@ -358,6 +359,15 @@ static shoal_heap_t *heap_carve(void) {
   return heap;
 }
 
+static void heaps_live_add(ptrdiff_t change) {
+  size_t live = atomic_load_explicit(&arena.heaps_live, memory_order_relaxed);
+  atomic_store_explicit(&arena.heaps_live, live + (size_t)change, memory_order_relaxed);
+}
+
+size_t arena_heaps_live(void) {
+  return atomic_load_explicit(&arena.heaps_live, memory_order_relaxed);
+}
+
 /* The next abandoned heap, or a new one; NULL when out of memory. */
 static shoal_heap_t *heap_pop_or_carve(void) {
   lock_acquire(&arena_lock);
@@ -373,6 +383,7 @@ static shoal_heap_t *heap_pop_or_carve(void) {
     heap->next_abandoned = NULL;
     if (atomic_load_explicit(&heap->state, memory_order_relaxed) != HEAP_ORPHAN) break;
   }
+  if (heap != NULL) heaps_live_add(1);
   lock_release(&arena_lock);
   return heap;
 }
@@ -406,6 +417,7 @@ void arena_heap_abandoned(shoal_heap_t *heap) {
   heap->next_abandoned = arena.abandoned;
   arena.abandoned = heap;
   arena.abandoned_count++;
+  heaps_live_add(-1);
   lock_release(&arena_lock);
 }
 
@@ -467,4 +479,5 @@ static void orphan_other_heaps(shoal_heap_t *heap, void *context) {
  * them; a child that lives on leaks it rather than risk corruption). */
 void arena_fork_child(shoal_heap_t *survivor) {
   arena_for_each_heap(orphan_other_heaps, survivor);
+  atomic_store_explicit(&arena.heaps_live, survivor != NULL, memory_order_relaxed);
 }

@@ -89,6 +89,13 @@ typedef const void *caller_t;
 #define PURGE_DEAD_DELAYS      10 /* a dead thread's heap stays warm this long for an adopter */
 #define ARENA_TRIM_DELAYS      10 /* empty segments wait this long for any thread to take them */
 #define ARENA_TRIMS_PUT_OFF    10 /* while threads take them back, a trim waits a delay more */
+/* The pages' chains of every thread's outbox together, about: each thread
+ * holds at most its share, this over the live heaps (heap.c, outbox_sweep).
+ * A thread that frees a few blocks of many pages holds a chain for each,
+ * up to 64 of them, and with many such threads (prodcons, one producer
+ * and 64 consumers) those chains were a third of the peak (12 MB against 8
+ * with this bound). Two threads or eight keep whole chains. */
+#define OUTBOX_BUDGET_BYTES (1024 * 1024)
 /* Empty segments kept for the purge delay (256 MiB), and kept mapped,
  * purged, after it (16 MiB); beyond these, up to 4 GiB of address space
  * retained, purged (arena.c's segment_retire). */
@@ -522,6 +529,8 @@ typedef struct shoal_heap_s {
    * back by another heap than took it). Kept with or without statistics. */
   _Atomic(size_t) pages_taken, pages_given;
   uint64_t outbox_occupied; /* (owner) a bit per slot holding blocks */
+  size_t outbox_bytes;      /* (owner) the blocks its pages' chains hold, in bytes */
+  uint64_t outbox_touched;  /* (owner) a bit per slot given a block since the last sweep */
   /* (owner) A bit per class whose cache has been given blocks (a push or
    * a depot chain): only those caches are looked at by the slow paths,
    * folded and flushed, and the others stay untouched, the sparse part of
@@ -931,6 +940,7 @@ void arena_register_for_fork(void);
 void arena_fork_child(shoal_heap_t *survivor);
 void arena_cache_trim(bool force);
 size_t arena_heap_count(size_t *abandoned);
+size_t arena_heaps_live(void); /* heaps of running threads, about: read without the lock */
 /* The purge delay in force: SHOAL_PURGE_DELAY, lengthened while memory
  * given back is soon wanted again (arena.c says how). Every purge and trim
  * schedules by it. */

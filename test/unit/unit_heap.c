@@ -1,7 +1,8 @@
 /* segment, page and heap layers seen from inside: a page serves its blocks
  * at its own addresses, parks when full, is notified by a remote free, and
  * returns to its segment when empty; another thread's frees go home a chain
- * at a time, counted, or serve the freeing thread's own mallocs of their
+ * at a time, counted (a thread's chains together no more than its share
+ * of a budget among many threads), or serve the freeing thread's own mallocs of their
  * class, as a thread's own medium blocks serve its next malloc of their
  * class from its class cache (a page's last block goes to the page); a thread that frees for
  * several heaps blocks of a class it does not allocate puts them in the depot, whose chains serve
@@ -136,6 +137,102 @@ static void test_outbox(void) {
   CHECK(on_list == count);
   for (size_t i = 0; i < before_count; i++) shoal_free(before_it[i]);
   shoal_collect(true);
+}
+
+/* A thread that frees a few blocks of many pages holds a chain for each
+ * in its outbox. With many threads, their outboxes together are bounded
+ * (OUTBOX_BUDGET_BYTES split among the live heaps): past its share, a
+ * thread sends its chains home, so that their owner reuses the blocks
+ * (prodcons, 64 consumers: 12 MB peak, 8 with the bound). */
+enum { SHARE_SIZE = 1100, SHARE_BLOCKS = 4096, SHARE_PER_PAGE = 3, SHARE_IDLE = 63 };
+static void *share_blocks[SHARE_BLOCKS];
+static size_t share_page_of[SHARE_BLOCKS]; /* each block's index in share_pages */
+static shoal_page_t *share_pages[SHARE_BLOCKS];
+static size_t share_page_count;
+static pthread_barrier_t share_barrier;
+
+static void *idle_with_heap(void *arg) {
+  (void)arg;
+  void *p = shoal_malloc(8);
+  pthread_barrier_wait(&share_barrier); /* every idle thread has a heap */
+  pthread_barrier_wait(&share_barrier); /* the freeing thread is done */
+  shoal_free(p);
+  return NULL;
+}
+
+/* The pages' blocks freed and back: on a page's list of other threads'
+ * frees, or collected already (a freeing thread serves an owner that
+ * waits, page.c). */
+static size_t share_blocks_home(size_t used_before) {
+  size_t held = 0;
+  for (size_t i = 0; i < share_page_count; i++)
+    held += share_pages[i]->used - (size_t)(atomic_load(&share_pages[i]->xthread_free) >> 48);
+  return used_before - held;
+}
+
+static size_t share_blocks_used(void) {
+  size_t used = 0;
+  for (size_t i = 0; i < share_page_count; i++) used += share_pages[i]->used;
+  return used;
+}
+
+/* Frees SHARE_PER_PAGE blocks of each page, fewer than a chain's worth,
+ * checking that each is in the outbox or on its page's list. Returns the
+ * most the outbox held. */
+static void *free_a_few_of_each_page(void *arg) {
+  (void)arg;
+  static size_t freed_of_page[SHARE_BLOCKS];
+  memset(freed_of_page, 0, sizeof freed_of_page);
+  size_t freed = 0, most = 0, block_size = share_pages[0]->block_size;
+  size_t used_before = share_blocks_used();
+  for (size_t i = 0; i < SHARE_BLOCKS; i++) {
+    if (freed_of_page[share_page_of[i]]++ >= SHARE_PER_PAGE) continue;
+    shoal_free(share_blocks[i]);
+    share_blocks[i] = NULL;
+    freed++;
+    if (thread_heap->outbox_bytes > most) most = thread_heap->outbox_bytes;
+    CHECK(thread_heap->outbox_bytes % block_size == 0);
+    CHECK(share_blocks_home(used_before) + thread_heap->outbox_bytes / block_size == freed);
+  }
+  CHECK(share_page_count > 64 && freed == SHARE_PER_PAGE * share_page_count);
+  return (void *)most;
+}
+
+/* The most a thread's outbox holds while it frees a few blocks of each of
+ * this thread's pages, with `idle_threads` more threads alive. */
+static size_t outbox_most_held(size_t idle_threads) {
+  pthread_t idle[SHARE_IDLE];
+  CHECK(pthread_barrier_init(&share_barrier, NULL, (unsigned)idle_threads + 1) == 0);
+  for (size_t i = 0; i < idle_threads; i++)
+    CHECK(pthread_create(&idle[i], NULL, idle_with_heap, NULL) == 0);
+  if (idle_threads > 0) pthread_barrier_wait(&share_barrier);
+  share_page_count = 0;
+  for (size_t i = 0; i < SHARE_BLOCKS; i++) {
+    share_blocks[i] = shoal_malloc(SHARE_SIZE);
+    shoal_page_t *page = segment_page_of(segment_of(share_blocks[i]), share_blocks[i]);
+    size_t at = 0;
+    while (at < share_page_count && share_pages[at] != page) at++;
+    if (at == share_page_count) share_pages[share_page_count++] = page;
+    share_page_of[i] = at;
+  }
+  CHECK(arena_heaps_live() >= idle_threads + 1);
+  size_t most = (size_t)run_in_thread(free_a_few_of_each_page);
+  if (idle_threads > 0) pthread_barrier_wait(&share_barrier);
+  for (size_t i = 0; i < idle_threads; i++) CHECK(pthread_join(idle[i], NULL) == 0);
+  CHECK(pthread_barrier_destroy(&share_barrier) == 0);
+  for (size_t i = 0; i < SHARE_BLOCKS; i++) shoal_free(share_blocks[i]);
+  shoal_collect(true);
+  return most;
+}
+
+static void test_outbox_share(void) {
+  size_t alone = outbox_most_held(0);
+  size_t among_many = outbox_most_held(SHARE_IDLE);
+  /* Alone, the outbox keeps its chains (each page's few blocks); among
+   * SHARE_IDLE + 2 live heaps, at most twice its share, and a chain. */
+  size_t share = OUTBOX_BUDGET_BYTES / (SHARE_IDLE + 2);
+  CHECK_CTX(among_many <= 2 * share + OUTBOX_BYTES, "held %zu, share %zu", among_many, share);
+  CHECK_CTX(alone > 2 * share + OUTBOX_BYTES, "alone held only %zu", alone);
 }
 
 /* ---- blocks a thread frees for several heaps: the depot ---- */
@@ -1430,6 +1527,7 @@ int main(void) {
   test_class_slices_again();
   test_touched_tail_purged();
   test_outbox();
+  test_outbox_share();
   test_depot();
   test_depot_from_allocating_thread();
   test_remote_class_cache();
