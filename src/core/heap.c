@@ -1228,31 +1228,6 @@ static void outbox_push_for_owner(shoal_heap_t *heap, shoal_heap_t *owner, shoal
     outbox_send(heap, index);
 }
 
-static void outbox_push_for_page(shoal_heap_t *heap, shoal_page_t *page, shoal_block_t *block) {
-  size_t index = outbox_index(page);
-  outbox_slot_t *slot = &heap->outbox[index];
-  uint64_t bit = (uint64_t)1 << index;
-  if ((heap->outbox_occupied & bit) == 0 || slot->page != page) {
-    if ((heap->outbox_occupied & bit) != 0) outbox_send(heap, index);
-    slot->page = page;
-    slot->chain = (chain_t){NULL, block, 0};
-    heap->outbox_occupied |= bit;
-  }
-  block->next = slot->chain.head;
-  slot->chain.head = block;
-  heap->outbox_bytes += page->shared_block_size;
-  heap->outbox_touched |= bit;
-  if (++slot->chain.count * page->shared_block_size >= OUTBOX_BYTES) outbox_send(heap, index);
-}
-
-/* This thread's share of OUTBOX_BUDGET_BYTES, split among the threads
- * that have a heap, and no less than one full chain. */
-static size_t outbox_share(void) {
-  size_t live = arena_heaps_live();
-  size_t share = OUTBOX_BUDGET_BYTES / (live > 0 ? live : 1);
-  return share > OUTBOX_BYTES ? share : OUTBOX_BYTES;
-}
-
 /* Sends the pages' chains that no block joined since the last sweep, so
  * that the ones filling stay to fill (xmalloc, 64 pairs: sending all of
  * them at 8 KiB was 1.7 times as slow, a batch's blocks scattered over
@@ -1275,16 +1250,37 @@ static void outbox_sweep(shoal_heap_t *heap, size_t share) {
   }
 }
 
+static void outbox_push_for_page(shoal_heap_t *heap, shoal_page_t *page, shoal_block_t *block) {
+  size_t index = outbox_index(page);
+  outbox_slot_t *slot = &heap->outbox[index];
+  uint64_t bit = (uint64_t)1 << index;
+  if ((heap->outbox_occupied & bit) == 0 || slot->page != page) {
+    if ((heap->outbox_occupied & bit) != 0) outbox_send(heap, index);
+    slot->page = page;
+    slot->chain = (chain_t){NULL, block, 0};
+    heap->outbox_occupied |= bit;
+  }
+  block->next = slot->chain.head;
+  slot->chain.head = block;
+  heap->outbox_bytes += page->shared_block_size;
+  heap->outbox_touched |= bit;
+  if (++slot->chain.count * page->shared_block_size >= OUTBOX_BYTES) outbox_send(heap, index);
+  /* Past this thread's share of OUTBOX_BUDGET_BYTES among the live heaps
+   * (one full chain at least). */
+  if (unlikely(heap->outbox_bytes > OUTBOX_BYTES)) {
+    size_t live = arena_heaps_live();
+    if (live == 0) live = 1; /* in a fork child, its thread's heap not yet counted */
+    if (heap->outbox_bytes * live > OUTBOX_BUDGET_BYTES)
+      outbox_sweep(heap, OUTBOX_BUDGET_BYTES / live);
+  }
+}
+
 void heap_outbox_push(shoal_heap_t *heap, shoal_page_t *page, shoal_block_t *block) {
   shoal_heap_t *owner = (shoal_heap_t *)atomic_load_explicit(&page->owner, memory_order_relaxed);
   if (outbox_goes_by_owner(heap, page->shared_class) && owner != NULL)
     outbox_push_for_owner(heap, owner, block, page->shared_block_size);
   else
     outbox_push_for_page(heap, page, block);
-  if (unlikely(heap->outbox_bytes > OUTBOX_BYTES)) {
-    size_t share = outbox_share();
-    if (heap->outbox_bytes > share) outbox_sweep(heap, share);
-  }
   if (unlikely(heap->depot_drain_due)) heap_depot_drain_due(heap);
 }
 

@@ -471,8 +471,9 @@ typedef struct outbox_slot_s {
 } outbox_slot_t;
 
 /* lock.c's lock (its functions below). */
+enum { LOCK_FREE = 0, LOCK_HELD = 1, LOCK_CONTENDED = 2 /* held, someone may sleep on it */ };
 typedef struct shoal_lock_s {
-  _Atomic(int) word; /* 0 free, 1 held, 2 held with sleepers */
+  _Atomic(int) word; /* LOCK_FREE, LOCK_HELD or LOCK_CONTENDED */
 } shoal_lock_t;
 #define SHOAL_LOCK_INIT                                                                            \
   { 0 }
@@ -622,7 +623,7 @@ void lock_release_plain(shoal_lock_t *lock);
  * cache, and a slow path's carving leaves many in flight (mstress t=2: 6 %
  * of the time in the exchange). Inline: on every malloc slow path. */
 static inline void lock_release_unwaited(shoal_lock_t *lock) {
-  atomic_store_explicit(&lock->word, 0 /* free */, memory_order_release);
+  atomic_store_explicit(&lock->word, LOCK_FREE, memory_order_release);
 }
 extern _Thread_local size_t lock_waits; /* times this thread found a lock taken */
 bool lock_try_acquire(shoal_lock_t *lock);

@@ -23,7 +23,6 @@
  * takes no lock (large.c). */
 #include "core/internal.h"
 
-enum { LOCK_FREE = 0, LOCK_HELD = 1, LOCK_CONTENDED = 2 };
 enum { SPIN_ROUNDS = 100, YIELD_ROUNDS = 8, BRIEF_SPIN_ROUNDS = 64, BRIEF_YIELD_ROUNDS = 4 };
 
 static inline void cpu_relax(void) {

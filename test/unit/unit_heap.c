@@ -160,20 +160,14 @@ static void *idle_with_heap(void *arg) {
   return NULL;
 }
 
-/* The pages' blocks freed and back: on a page's list of other threads'
- * frees, or collected already (a freeing thread serves an owner that
- * waits, page.c). */
-static size_t share_blocks_home(size_t used_before) {
-  size_t held = 0;
+/* The pages' blocks still out: handed out and not yet freed home (a block
+ * on a page's list of other threads' frees is home, counted in `used`
+ * until its owner, or a thread serving an owner that waits, collects it). */
+static size_t share_blocks_out(void) {
+  size_t out = 0;
   for (size_t i = 0; i < share_page_count; i++)
-    held += share_pages[i]->used - (size_t)(atomic_load(&share_pages[i]->xthread_free) >> 48);
-  return used_before - held;
-}
-
-static size_t share_blocks_used(void) {
-  size_t used = 0;
-  for (size_t i = 0; i < share_page_count; i++) used += share_pages[i]->used;
-  return used;
+    out += share_pages[i]->used - (size_t)(atomic_load(&share_pages[i]->xthread_free) >> 48);
+  return out;
 }
 
 /* Frees SHARE_PER_PAGE blocks of each page, fewer than a chain's worth,
@@ -184,7 +178,7 @@ static void *free_a_few_of_each_page(void *arg) {
   static size_t freed_of_page[SHARE_BLOCKS];
   memset(freed_of_page, 0, sizeof freed_of_page);
   size_t freed = 0, most = 0, block_size = share_pages[0]->block_size;
-  size_t used_before = share_blocks_used();
+  size_t out_before = share_blocks_out();
   for (size_t i = 0; i < SHARE_BLOCKS; i++) {
     if (freed_of_page[share_page_of[i]]++ >= SHARE_PER_PAGE) continue;
     shoal_free(share_blocks[i]);
@@ -192,7 +186,7 @@ static void *free_a_few_of_each_page(void *arg) {
     freed++;
     if (thread_heap->outbox_bytes > most) most = thread_heap->outbox_bytes;
     CHECK(thread_heap->outbox_bytes % block_size == 0);
-    CHECK(share_blocks_home(used_before) + thread_heap->outbox_bytes / block_size == freed);
+    CHECK(out_before - share_blocks_out() + thread_heap->outbox_bytes / block_size == freed);
   }
   CHECK(share_page_count > 64 && freed == SHARE_PER_PAGE * share_page_count);
   return (void *)most;
