@@ -910,6 +910,7 @@ static void *live_on(void *arg) {
 #define AWAY_BLOCK 256
 #define AWAY_PAGES 640
 static _Atomic(int) away_step;
+static _Atomic(int) away_blocked_for; /* the step the sleeping owner waits on, once it does */
 static void **away_blocks;
 static size_t away_count;
 
@@ -949,12 +950,29 @@ static void away_until(int step, bool asleep) {
   struct timespec pause = {0, 200 * 1000};
   nanosleep(&pause, NULL);
   pthread_mutex_lock(&away_lock);
+  atomic_store(&away_blocked_for, step);
   while (atomic_load(&away_step) < step) pthread_cond_wait(&away_moved, &away_lock);
   pthread_mutex_unlock(&away_lock);
 }
 
+static _Atomic(int) away_owner_id; /* the owner's os_thread_id */
+
+/* The owner is blocked on the condition for `step` (asleep, not waiting
+ * for a core): what main's frees of the second half must see, however
+ * loaded the machine. Its first sleep's end leaves it runnable, under load
+ * for a while, before it blocks there. */
+static void wait_until_owner_blocked(int step) {
+  os_thread_state_t owner;
+  for (;;) {
+    CHECK(os_thread_state(atomic_load(&away_owner_id), &owner));
+    if (atomic_load(&away_blocked_for) == step && !owner.runnable) return;
+    sched_yield();
+  }
+}
+
 static void *owner_away(void *arg) {
   bool asleep = arg != NULL;
+  atomic_store(&away_owner_id, os_thread_id());
   pin_to_one_core();
   for (size_t i = 0; i < away_count; i++) away_blocks[i] = shoal_malloc(AWAY_BLOCK);
   /* How it was away counts from here, as from its last return: not from
@@ -974,6 +992,7 @@ static size_t owner_away_purges(bool asleep) {
   long purge_delay_option = shoal_option_get(SHOAL_OPTION_PURGE_DELAY);
   shoal_option_set(SHOAL_OPTION_PURGE_DELAY, 2000); /* the first serve's due purge: far */
   away_step_set(0);
+  atomic_store(&away_blocked_for, 0);
   pthread_t owner;
   CHECK(pthread_create(&owner, NULL, owner_away, asleep ? &away_step : NULL) == 0);
   away_until(1, false);
@@ -982,6 +1001,7 @@ static size_t owner_away_purges(bool asleep) {
   heap_outbox_flush(thread_heap);
   away_step_set(2);
   away_until(3, false);
+  if (asleep) wait_until_owner_blocked(4);
   size_t purges_before = shoal_stats().purges;
   for (size_t i = half; i < away_count; i++) shoal_free(away_blocks[i]);
   heap_outbox_flush(thread_heap);
@@ -1000,11 +1020,7 @@ static void test_owner_waiting_for_core(void) {
   away_blocks = malloc(away_count * sizeof *away_blocks);
   CHECK(away_blocks != NULL);
   CHECK(owner_away_purges(false) == 0);
-  /* Under load (a parallel ctest), a run now and then has its second half
-   * served too seldom to purge (no purge, none due): a few tries. */
-  size_t purged = 0;
-  for (int attempt = 0; attempt < 3 && purged == 0; attempt++) purged = owner_away_purges(true);
-  CHECK(purged > 0);
+  CHECK(owner_away_purges(true) > 0);
   free(away_blocks);
   shoal_collect(true);
   CHECK(sched_setaffinity(0, sizeof before, &before) == 0);
