@@ -1,7 +1,8 @@
 /* The program tools/memory-at-peak.sh watches in its test (memory_at_peak.sh):
  * it holds known amounts, in one small class, one large block and one huge
  * block, all written, and blocks of another class that a thread freed
- * (left on their pages' lists: this thread collects none), has the probe
+ * (left on their pages' lists: this thread collects none), beside the free
+ * slices of a large block freed, has the probe
  * walk them (memory_at_peak_now); then frees them all and says what it
  * held. */
 #include <dlfcn.h>
@@ -50,6 +51,12 @@ int main(void) {
   CHECK(large != NULL && huge != NULL);
   memset(large, 0x6b, LARGE_BYTES);
   memset(huge, 0x7c, HUGE_BYTES);
+  /* Freed: its slices wait, resident, for their purge (the test sets the
+   * delay far off), in the rows of free slices, as the large blocks'. */
+  uint8_t *freed_large = malloc(LARGE_BYTES);
+  CHECK(freed_large != NULL);
+  memset(freed_large, 0x3e, LARGE_BYTES);
+  free(freed_large);
   /* Last: a malloc slow path of this thread would collect them. */
   pthread_t thread;
   CHECK(pthread_create(&thread, NULL, free_them, NULL) == 0);
@@ -64,8 +71,9 @@ int main(void) {
     if (!freed_remotely(i)) free(remote[i]);
   free(large);
   free(huge);
-  printf("held small_kb=%zu small_block=%d large_kb=%zu huge_kb=%zu remote_kb=%zu\n",
+  printf("held small_kb=%zu small_block=%d large_kb=%zu huge_kb=%zu remote_kb=%zu "
+         "freed_large_kb=%zu\n",
          SMALL_BLOCKS * SMALL_BLOCK >> 10, SMALL_BLOCK, LARGE_BYTES >> 10, HUGE_BYTES >> 10,
-         REMOTE_BYTES / 8 * 7 >> 10);
+         REMOTE_BYTES / 8 * 7 >> 10, LARGE_BYTES >> 10);
   return 0;
 }

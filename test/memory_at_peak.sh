@@ -2,8 +2,8 @@
 # tools/memory-at-peak.sh on a program that holds known amounts
 # (memory_at_peak.c): the walk at the peak finds them in their rows (the
 # small class's row, the large blocks, the huge blocks; the blocks another
-# thread freed, on their pages' lists), and the rows add up to the RSS the
-# walk saw.
+# thread freed, on their pages' lists; a freed large block's slices, by the
+# class that gave them back), and the rows add up to the RSS the walk saw.
 #   memory_at_peak.sh SOURCE_DIR PROGRAM LIBSHOAL.SO
 set -u
 source_dir=$1
@@ -11,7 +11,7 @@ program=$2
 library=$3
 fail=0
 check() { if ! eval "$1"; then echo "FAIL: $2"; fail=1; fi; }
-report=$(MEMORY_AT_PEAK_MS=5 MEMORY_AT_PEAK_CLASSES=1 \
+report=$(MEMORY_AT_PEAK_MS=5 MEMORY_AT_PEAK_CLASSES=1 SHOAL_PURGE_DELAY=60000 \
   bash "$source_dir/tools/memory-at-peak.sh" -l "$library" "$program" 2>&1)
 status=$?
 check '[ $status = 0 ]' "the probe or the program failed: $report"
@@ -61,6 +61,19 @@ check '[ "${large_count:-0}" -ge 1 ] && [ "${large_resident:-0}" -ge "$large" ]'
   "the large block's $large KB are not in its row: $report"
 huge_resident=$(row "huge blocks")
 check '[ "${huge_resident:-0}" -ge "$huge" ]' "the huge block's $huge KB are not in its row: $report"
+# The free slices, by the class whose pages gave them back (resident OS
+# pages: whole KB, so the two sums agree exactly).
+sum_rows "free slices, freed since their heap's purge" "free slices, older" \
+  "free slices, lazily purged"
+free_slices=$rows_sum
+by_class=$(echo "$report" | sed -n 's/.* \([0-9]*\)\( KB\)\{0,1\} in free slices it gave back$/\1/p' |
+  awk '{ sum += $1 } END { print sum + 0 }')
+check '[ "$by_class" = "$free_slices" ]' \
+  "the free slices by class add up to $by_class KB, not $free_slices: $report"
+freed_large=$(field freed_large_kb)
+large_freed=$(echo "$report" | sed -n 's/^  large *: \([0-9]*\) KB in free slices.*/\1/p')
+check '[ -n "$freed_large" ] && [ "${large_freed:-0}" -ge "$freed_large" ]' \
+  "the freed large block's $freed_large KB are not the large blocks' free slices: $report"
 
 # Each row is rounded down to a KB: nine rows may lose up to 9 KB in all.
 sum_rows "class pages ([0-9]*)" "large blocks ([0-9]*)" \

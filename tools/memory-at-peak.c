@@ -54,6 +54,7 @@
 typedef struct {
   long pages, resident, carved, in_use;
   long remote_pending; /* of in_use: freed by other threads, on the page's list */
+  long freed_resident; /* free slices this class's pages gave back, still resident */
   uint32_t block_size;
 } class_row_t;
 
@@ -157,6 +158,7 @@ static void walk_slices(walk_t *walk, const shoal_segment_t *segment, const unsi
     walk->cached_segments++;
   }
   walk->headers += resident_bytes(vector, 0, SLICE_SIZE);
+  uint8_t freed_class = CLASS_NONE; /* the class whose page gave back the free run walked */
   for (size_t slice = 1; slice < SLICES_PER_SEGMENT;) {
     if ((segment->free_slices >> slice) & 1) {
       long resident = resident_bytes(vector, slice * SLICE_SIZE, SLICE_SIZE);
@@ -164,10 +166,15 @@ static void walk_slices(walk_t *walk, const shoal_segment_t *segment, const unsi
                  : (segment->recent_slices >> slice) & 1 ? FREE_RECENT
                                                          : FREE_AGED;
       walk->free_resident[kind] += resident;
+      /* A page gave its class to its first slice: the rest of its run follow. */
+      if (segment->pages[slice].freed_class != CLASS_NONE)
+        freed_class = segment->pages[slice].freed_class;
+      walk->rows[freed_class < ROWS ? freed_class : CLASS_NONE].freed_resident += resident;
       if (owner != NULL) owner->resident_free += resident;
       slice++;
       continue;
     }
+    freed_class = CLASS_NONE;
     const shoal_page_t *page = &segment->pages[slice];
     size_t count = page->slice_count != 0 ? page->slice_count : 1;
     if (slice + count > SLICES_PER_SEGMENT) count = SLICES_PER_SEGMENT - slice;
@@ -388,13 +395,20 @@ __attribute__((destructor)) static void report(void) {
   print_row("huge blocks", walk->huge_resident, total);
   print_row("the rest (code, stacks, heaps, other mappings)", total * 1024 - accounted, total);
   if (getenv("MEMORY_AT_PEAK_CLASSES") != NULL)
-    for (int c = 0; c < CLASS_COUNT; c++) {
+    for (int c = 0; c < ROWS; c++) {
       const class_row_t *row = &walk->rows[c];
-      if (row->pages != 0)
+      if (c < CLASS_COUNT && row->pages != 0)
         fprintf(stderr,
-                "  class %2d %6u B: %4ld pages, %7ld KB resident, %7ld carved, %7ld handed out\n",
+                "  class %2d %6u B: %4ld pages, %7ld KB resident, %7ld carved, %7ld handed out, "
+                "%7ld in free slices it gave back\n",
                 c, row->block_size, row->pages, row->resident / 1024, row->carved / 1024,
-                row->in_use / 1024);
+                row->in_use / 1024, row->freed_resident / 1024);
+      else if (c >= CLASS_COUNT && row->freed_resident != 0)
+        fprintf(stderr, "  %-10s: %ld KB in free slices it gave back\n",
+                c == CLASS_LARGE  ? "large"
+                : c == CLASS_HUGE ? "huge"
+                                  : "pool, none",
+                row->freed_resident / 1024);
     }
   long heaps_shown =
       getenv("MEMORY_AT_PEAK_HEAPS") != NULL ? atol(getenv("MEMORY_AT_PEAK_HEAPS")) : 0;

@@ -7,7 +7,8 @@
 # watch a library built from the same tree.
 #   tools/memory-at-peak.sh [-l path/to/libshoal.so] PROGRAM [ARGUMENT...]
 #   tools/memory-at-peak.sh build/bench/larson full 64 sized
-# MEMORY_AT_PEAK_CLASSES=1 adds a row per class, MEMORY_AT_PEAK_HEAPS=N the
+# MEMORY_AT_PEAK_CLASSES=1 adds a row per class (with the free slices its
+# pages gave back, still resident), MEMORY_AT_PEAK_HEAPS=N the
 # N heaps holding most, MEMORY_AT_PEAK_MS the sampling period (20).
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
