@@ -15,9 +15,16 @@
  *   owner idle  the owner waits while another thread frees its blocks: the
  *               mailbox does not keep them past its bound, so the pages
  *               they empty go back while the owner still waits.
+ *   freed all over  the owner waits while many threads in turn free a few
+ *               of its blocks each: past its bound the mailbox's blocks go
+ *               to their class's depot, and a thread that allocates the
+ *               class gets them while the owner still waits. Freed by one
+ *               thread (a consumer's batches), the same blocks go home:
+ *               that thread gets none of them.
  *
  * The shoal_ names are used so TSan runs check shoal, not TSan's allocator. */
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 
 #include "shoal.h"
@@ -246,11 +253,116 @@ static void test_owner_idle(void) {
          freed.pages);
 }
 
+/* ---- freed all over ---- */
+
+enum {
+  SCATTER_BLOCK = 4096,
+  SCATTER_BLOCKS = 256, /* 1 MiB: the mailbox's bound four times */
+  SCATTER_SENDERS = 24, /* past MAILBOX_MANY_SENDERS (internal.h) */
+  SCATTER_TURN = 2,     /* blocks a sender frees, then posts, in its turn */
+};
+
+static void *scatter_blocks[SCATTER_BLOCKS];
+
+static void *scatter_owner_run(void *argument) {
+  (void)argument;
+  for (size_t i = 0; i < SCATTER_BLOCKS; i++) {
+    scatter_blocks[i] = shoal_malloc(SCATTER_BLOCK);
+    CHECK(scatter_blocks[i] != NULL);
+  }
+  step_set(1);
+  step_wait(2); /* no malloc meanwhile: nothing of its own delivers */
+  return NULL;
+}
+
+static struct {
+  pthread_mutex_t lock;
+  pthread_cond_t changed;
+  size_t next; /* the next block to free */
+  size_t turn; /* the sender whose turn it is */
+} scatter = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+
+/* A sender allocates the class (so its frees of the owner's blocks go by
+ * parcel), then in its turns frees SCATTER_TURN of them and posts. */
+static void *scatter_sender_run(void *argument) {
+  size_t index = (size_t)(uintptr_t)argument;
+  void *own = shoal_malloc(SCATTER_BLOCK);
+  CHECK(own != NULL);
+  pthread_mutex_lock(&scatter.lock);
+  for (;;) {
+    while (scatter.turn != index && scatter.next < SCATTER_BLOCKS)
+      pthread_cond_wait(&scatter.changed, &scatter.lock);
+    if (scatter.next >= SCATTER_BLOCKS) break;
+    for (size_t i = 0; i < SCATTER_TURN && scatter.next < SCATTER_BLOCKS; i++)
+      shoal_free(scatter_blocks[scatter.next++]);
+    shoal_collect(false); /* its outbox, with its parcel for the owner, sent */
+    scatter.turn = (index + 1) % SCATTER_SENDERS;
+    pthread_cond_broadcast(&scatter.changed);
+  }
+  pthread_mutex_unlock(&scatter.lock);
+  shoal_free(own);
+  return NULL;
+}
+
+/* How many of this thread's next mallocs of the class are the owner's
+ * blocks (freed, the owner still waiting); all freed again. */
+static size_t scatter_reused(void) {
+  void *taken[SCATTER_BLOCKS];
+  size_t reused = 0;
+  for (size_t i = 0; i < SCATTER_BLOCKS; i++) {
+    taken[i] = shoal_malloc(SCATTER_BLOCK);
+    CHECK(taken[i] != NULL);
+    for (size_t k = 0; k < SCATTER_BLOCKS; k++) reused += taken[i] == scatter_blocks[k];
+  }
+  for (size_t i = 0; i < SCATTER_BLOCKS; i++) shoal_free(taken[i]);
+  return reused;
+}
+
+static size_t scatter_case(bool all_over) {
+  shoal_collect(true); /* this thread holds no page of the class */
+  step_set(0);
+  scatter.next = scatter.turn = 0;
+  pthread_t owner, senders[SCATTER_SENDERS];
+  CHECK(pthread_create(&owner, NULL, scatter_owner_run, NULL) == 0);
+  step_wait(1);
+  if (all_over) {
+    for (size_t t = 0; t < SCATTER_SENDERS; t++)
+      CHECK(pthread_create(&senders[t], NULL, scatter_sender_run, (void *)(uintptr_t)t) == 0);
+    for (size_t t = 0; t < SCATTER_SENDERS; t++) CHECK(pthread_join(senders[t], NULL) == 0);
+  } else {
+    void *own = shoal_malloc(SCATTER_BLOCK); /* the class is this thread's too */
+    CHECK(own != NULL);
+    for (size_t i = 0; i < SCATTER_BLOCKS; i++) shoal_free(scatter_blocks[i]);
+    shoal_collect(false);
+    shoal_free(own);
+    shoal_collect(true);
+  }
+  size_t reused = scatter_reused();
+  step_set(2);
+  CHECK(pthread_join(owner, NULL) == 0);
+  return reused;
+}
+
+static void test_freed_all_over(void) {
+  /* The depot takes blocks of classes some thread looked for within a
+   * purge delay: long enough for a slow machine's turns. */
+  long purge_delay = shoal_option_get(SHOAL_OPTION_PURGE_DELAY);
+  shoal_option_set(SHOAL_OPTION_PURGE_DELAY, 60 * 1000);
+  size_t all_over = scatter_case(true), one_sender = scatter_case(false);
+  shoal_option_set(SHOAL_OPTION_PURGE_DELAY, purge_delay);
+  CHECK_CTX(all_over > 0, "none of the %d blocks freed by %d threads came back to a third",
+            SCATTER_BLOCKS, SCATTER_SENDERS);
+  CHECK_CTX(one_sender == 0, "%zu of the blocks one thread freed came back to it", one_sender);
+  printf("mailbox: freed all over, %zu of %d blocks reused while the owner waits\n", all_over,
+         SCATTER_BLOCKS);
+}
+
 int main(void) {
   block_count = scaled_count(4000, 600);
   test_exchange();
   test_owner_gone();
   test_owner_idle();
+  test_freed_all_over();
   printf("mailbox: all checks passed\n");
   return 0;
 }

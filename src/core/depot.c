@@ -1,7 +1,8 @@
 /* depot.c — blocks that a thread freeing for several heaps frees for a
  * class it does not allocate (or any small class, heap.c's
- * outbox_to_depot), kept as blocks for whichever thread allocates the
- * class next.
+ * outbox_to_depot), and the medium blocks that many threads freed for an
+ * owner away too long (heap.c's mailbox_overflow), kept as blocks for
+ * whichever thread allocates the class next.
  *
  * In a producer/consumer program every block is freed by a thread that
  * never allocates its class. Sent home, the blocks empty their producer's

@@ -1167,13 +1167,13 @@ static inline size_t outbox_index(const void *page_or_owner) {
   return (size_t)(((uintptr_t)page_or_owner * 0x9E3779B97F4A7C15u) >> (64 - OUTBOX_SLOT_BITS));
 }
 
-static void mailbox_post(shoal_heap_t *owner, parcel_t *parcel, size_t bytes);
+static void mailbox_post(shoal_heap_t *heap, shoal_heap_t *owner, parcel_t *parcel, size_t bytes);
 
 static void outbox_send(shoal_heap_t *heap, size_t index) {
   outbox_slot_t *slot = &heap->outbox[index];
   shoal_heap_t *to_serve = NULL;
   if (slot->page == NULL) {
-    mailbox_post(slot->mail.owner, slot->mail.parcel, slot->mail.bytes);
+    mailbox_post(heap, slot->mail.owner, slot->mail.parcel, slot->mail.bytes);
   } else {
     heap->outbox_bytes -= (size_t)slot->chain.count * slot->page->shared_block_size;
     if (!outbox_to_depot(heap, slot))
@@ -1291,17 +1291,33 @@ void heap_outbox_push(shoal_heap_t *heap, shoal_page_t *page, shoal_block_t *blo
  * owner has left (its thread gone: seq_cst, against heap_abandon's store
  * of the state and its delivery after) or lets it grow past
  * MAILBOX_DELIVER_BYTES (blocked or descheduled: delivered, the blocks of
- * its parked pages notify it, and may bring a thread to serve it). */
-static void mailbox_post(shoal_heap_t *owner, parcel_t *parcel, size_t bytes) {
+ * its parked pages notify it, and may bring a thread to serve it; from
+ * many senders, into the depot: mailbox_overflow). */
+static void mailbox_overflow(shoal_heap_t *heap, shoal_heap_t *owner);
+
+static void mailbox_post(shoal_heap_t *heap, shoal_heap_t *owner, parcel_t *parcel, size_t bytes) {
   parcel_t *head = atomic_load_explicit(&owner->mailbox, memory_order_relaxed);
   do {
     parcel->next = head;
   } while (!atomic_compare_exchange_weak_explicit(&owner->mailbox, &head, parcel,
                                                   memory_order_seq_cst, memory_order_relaxed));
   size_t pending = atomic_fetch_add_explicit(&owner->mailbox_bytes, bytes, memory_order_relaxed);
-  if (pending + bytes >= MAILBOX_DELIVER_BYTES ||
-      atomic_load_explicit(&owner->state, memory_order_seq_cst) != HEAP_LIVE)
+  uint32_t changes = atomic_load_explicit(&owner->mailbox_sender_changes, memory_order_relaxed);
+  if (atomic_load_explicit(&owner->mailbox_sender, memory_order_relaxed) != heap) {
+    atomic_store_explicit(&owner->mailbox_sender, heap, memory_order_relaxed);
+    atomic_store_explicit(&owner->mailbox_sender_changes, ++changes, memory_order_relaxed);
+  }
+  if (atomic_load_explicit(&owner->state, memory_order_seq_cst) != HEAP_LIVE)
     heap_mailbox_deliver(owner);
+  else if (pending + bytes >= MAILBOX_DELIVER_BYTES)
+    changes >= MAILBOX_MANY_SENDERS ? mailbox_overflow(heap, owner) : heap_mailbox_deliver(owner);
+}
+
+/* A new mailbox's count and senders. */
+static void mailbox_restart(shoal_heap_t *heap) {
+  atomic_store_explicit(&heap->mailbox_bytes, 0, memory_order_relaxed);
+  atomic_store_explicit(&heap->mailbox_sender, NULL, memory_order_relaxed);
+  atomic_store_explicit(&heap->mailbox_sender_changes, 0, memory_order_relaxed);
 }
 
 static shoal_page_t *page_of_block(const void *p) {
@@ -1348,7 +1364,7 @@ static void mail_deliver_block(shoal_heap_t *heap, shoal_block_t *block, bool by
 void heap_mailbox_deliver(shoal_heap_t *heap) {
   parcel_t *parcel = atomic_exchange_explicit(&heap->mailbox, NULL, memory_order_seq_cst);
   if (parcel == NULL) return;
-  atomic_store_explicit(&heap->mailbox_bytes, 0, memory_order_relaxed);
+  mailbox_restart(heap);
   /* The owner reads its pages' flags: under its slow lock, which a thread
    * serving the heap holds while it changes parked pages (TSan, mailbox). */
   bool by_owner = heap == thread_heap;
@@ -1364,6 +1380,60 @@ void heap_mailbox_deliver(shoal_heap_t *heap) {
     parcel = next;
   }
   if (by_owner) heap_slow_exit(heap);
+}
+
+/* The owner let MAILBOX_DELIVER_BYTES pile up from many senders (the
+ * sender changed MAILBOX_MANY_SENDERS times): it has not run a slow path
+ * for a while (more threads than cores, or blocked), and its blocks are
+ * freed all over. Home, they would wait for it on its pages' lists while
+ * every other thread that needs their classes carves anew; so the sender
+ * puts them into their classes' depots (where someone wanted one
+ * lately), for whichever thread allocates the class next, and sends home
+ * only the rest. larson, 64 threads on 2 cores, each freeing random
+ * threads' blocks: the mailboxes and the pages' lists they fed held 24 of
+ * the 75-88 MB at the peak (a mailbox's sender changed 39-45 times before
+ * it filled). Not a few senders' batches (rptest's handovers, 8.5
+ * changes): they go home to their producer, which allocates the same
+ * again; handed round instead, every thread's own frees of them turned
+ * remote (rptest, 64 threads: +20 % time). */
+static void mailbox_overflow(shoal_heap_t *heap, shoal_heap_t *owner) {
+  parcel_t *parcel = atomic_exchange_explicit(&owner->mailbox, NULL, memory_order_seq_cst);
+  if (parcel == NULL) return;
+  mailbox_restart(owner);
+  chain_t chains[CLASS_COUNT - DIRECT_CLASSES] = {{NULL, NULL, 0}};
+  int64_t now = os_now_ms();
+  for (parcel_t *next; parcel != NULL; parcel = next) {
+    next = parcel->next;
+    for (uint32_t i = 0; i <= parcel->count; i++) {
+      /* The parcel's own block last: its words are read until then. */
+      shoal_block_t *block =
+          i < parcel->count ? parcel->blocks[i] : (shoal_block_t *)(void *)parcel;
+      uint8_t size_class = page_of_block(block)->shared_class;
+      if (size_class < DIRECT_CLASSES || size_class >= CLASS_COUNT ||
+          !depot_is_wanted(size_class, now)) {
+        mail_deliver_block(owner, block, false);
+        continue;
+      }
+      chain_t *chain = &chains[size_class - DIRECT_CLASSES];
+      if (chain->head == NULL) chain->tail = block;
+      block->next = chain->head;
+      chain->head = block;
+      chain->count++;
+    }
+  }
+  unsigned home = heap_depot_home(heap);
+  for (uint8_t size_class = DIRECT_CLASSES; size_class < CLASS_COUNT; size_class++) {
+    chain_t chain = chains[size_class - DIRECT_CLASSES];
+    if (chain.head == NULL) continue;
+    if (depot_put(size_class, chain, now, home)) {
+      depot_check_note(depot_active_until(size_class));
+      continue;
+    }
+    for (shoal_block_t *block = chain.head, *next; block != NULL; block = next) {
+      next = block == chain.tail ? NULL : block->next;
+      mail_deliver_block(owner, block, false);
+    }
+  }
 }
 
 void heap_outbox_flush(shoal_heap_t *heap) {

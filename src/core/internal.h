@@ -85,6 +85,7 @@ typedef const void *caller_t;
 #define OUTBOX_BYTES           (4 * 1024)  /* a page's gathered blocks go home at this */
 #define OUTBOX_OWNER_BYTES     (64 * 1024) /* an owner's gathered medium blocks go at this */
 #define MAILBOX_DELIVER_BYTES  ((size_t)256 << 10) /* past this, a sender delivers them itself */
+#define MAILBOX_MANY_SENDERS   16 /* sender changes that make those blocks freed all over */
 #define PURGE_BURST_DELAYS     10 /* a burst of frees defers a purge this many delays at most */
 #define PURGE_DEAD_DELAYS      10 /* a dead thread's heap stays warm this long for an adopter */
 #define ARENA_TRIM_DELAYS      10 /* empty segments wait this long for any thread to take them */
@@ -574,6 +575,10 @@ typedef struct shoal_heap_s {
    * (heap.c, the mailbox). */
   _Atomic(parcel_t *) mailbox;
   _Atomic(size_t) mailbox_bytes; /* (atomic) about what it holds: a delivery resets */
+  /* (atomic) The heap that posted last, and how many times the sender
+   * changed since the last delivery: about (racing posts may miss one). */
+  _Atomic(struct shoal_heap_s *) mailbox_sender;
+  _Atomic(uint32_t) mailbox_sender_changes;
   /* (atomic) Set by another thread freeing one of its pool blocks: from then on
    * POOL_UPPER leaves this heap's requests to the classes (size_is_pooled). */
   _Atomic(bool) pool_shunned;
