@@ -1292,7 +1292,8 @@ void heap_outbox_push(shoal_heap_t *heap, shoal_page_t *page, shoal_block_t *blo
  * of the state and its delivery after) or lets it grow past
  * MAILBOX_DELIVER_BYTES (blocked or descheduled: delivered, the blocks of
  * its parked pages notify it, and may bring a thread to serve it; from
- * many senders, into the depot: mailbox_overflow). */
+ * many senders, into the depot, unless this thread sends home only:
+ * mailbox_overflow). */
 static void mailbox_overflow(shoal_heap_t *heap, shoal_heap_t *owner);
 
 static void mailbox_post(shoal_heap_t *heap, shoal_heap_t *owner, parcel_t *parcel, size_t bytes) {
@@ -1310,7 +1311,8 @@ static void mailbox_post(shoal_heap_t *heap, shoal_heap_t *owner, parcel_t *parc
   if (atomic_load_explicit(&owner->state, memory_order_seq_cst) != HEAP_LIVE)
     heap_mailbox_deliver(owner);
   else if (pending + bytes >= MAILBOX_DELIVER_BYTES)
-    changes >= MAILBOX_MANY_SENDERS ? mailbox_overflow(heap, owner) : heap_mailbox_deliver(owner);
+    changes >= MAILBOX_MANY_SENDERS && !heap->outbox_home_only ? mailbox_overflow(heap, owner)
+                                                               : heap_mailbox_deliver(owner);
 }
 
 /* A new mailbox's count and senders. */
