@@ -1432,7 +1432,7 @@ static void mailbox_overflow(shoal_heap_t *heap, shoal_heap_t *owner) {
       continue;
     }
     for (shoal_block_t *block = chain.head, *next; block != NULL; block = next) {
-      next = block == chain.tail ? NULL : block->next;
+      next = block->next; /* the chain ends in NULL: its first block's link */
       mail_deliver_block(owner, block, false);
     }
   }
