@@ -11,11 +11,11 @@
  * time; what has waited a second or more is unmapped at a thread's next
  * due purge, or at a collect.
  *
- * Blocks from malloc and realloc ask for transparent huge pages
- * (SHOAL_HUGE_PAGES): a program writing big buffers then takes one fault per
- * 2 MiB instead of 512 (bench largeblk ran 40 % faster, its peak memory
- * unchanged). calloc's are left to small pages, since big zeroed arrays are
- * the ones programs touch sparsely. */
+ * Blocks from malloc ask for transparent huge pages (SHOAL_HUGE_PAGES): a
+ * program writing big buffers then takes one fault per 2 MiB instead of 512
+ * (bench largeblk ran 40 % faster, its peak memory unchanged). calloc's are
+ * left to small pages, since big zeroed arrays are the ones programs touch
+ * sparsely, and so is the tail of a block that realloc grows (huge_realloc). */
 #include "core/internal.h"
 
 #include <string.h>
@@ -368,12 +368,17 @@ void *huge_realloc(shoal_segment_t *segment, size_t new_size) {
   }
   shoal_segment_t *moved = segment;
   if (!huge_resize_mapping(&moved, mapped)) return NULL;
-  /* A buffer that grows is written as it grows: huge pages take a fault per
-   * 2 MiB, past the most the process ever held too (bench/README.md, the
-   * sixteenth session: largeblk full 15 % faster, strappend level). */
-  if (mapped > old_mapped && option(SHOAL_OPTION_HUGE_PAGES)) {
-    os_advise_huge_pages(moved, mapped, true);
-    moved->huge_advised = mapped;
+  /* A block's grown tail gets small pages: the kernel takes fresh memory
+   * for it, and a huge page of fresh memory stalls its fault where 2 MiB
+   * must be found and cleared at once, as on a virtual machine whose host
+   * took back the guest's free memory (strappend full: 0.30-0.87 s with
+   * huge pages, by how long the machine had been idle; 0.37 s every run
+   * without; largeblk +7 %; the forty-sixth session). The advice goes for
+   * the whole mapping, which so stays one (huge_resize_mapping); the huge
+   * pages already faulted in stay. */
+  if (mapped > old_mapped && moved->huge_advised != 0) {
+    os_advise_huge_pages(moved, mapped, false);
+    moved->huge_advised = 0;
   }
   moved->pages[0].start = (uint8_t *)moved + offset;
   page_publish_shape(&moved->pages[0]);
