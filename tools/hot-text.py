@@ -13,7 +13,8 @@ same script starts new segments before the unwind tables and before .data
 The functions are those callgrind sees run, in a release build, by
 test/resident_text.c's paths, by tools/fastpath.c and by the bench's
 workloads at their tiny sizes, plus every entry point of api/exports.c;
-the hottest come first. The compilers inline and split differently, so the
+those that the most of these programs run come first, the hottest first among
+them. The compilers inline and split differently, so the
 list is the union of the gcc and the clang build's. Run it after a change
 that puts a new function on a common path (test resident_text fails then,
 naming the pages):
@@ -75,7 +76,7 @@ def defined_functions(build, objects, kinds):
     return names
 
 
-def callgrind_costs(library, command, work, name, costs):
+def callgrind_costs(library, command, work, name, costs, runs):
     out = work / f"{name}.out"
     env = dict(os.environ, LD_PRELOAD=str(library))
     run = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"] + command,
@@ -87,14 +88,18 @@ def callgrind_costs(library, command, work, name, costs):
     # "  1,234 (0.5%)  ???:function'2 [/path/libshoal.so.0.1.0]"; valgrind
     # names the object of some functions of the library's own segments "???".
     pattern = re.compile(r"^\s*([\d,]+) .*?:([^ :\[]+) \[(.*)\]$")
+    ran = set()
     for line in report.splitlines():
         match = pattern.match(line)
         if match and ("libshoal" in match.group(3) or match.group(3) == "???"):
             function = match.group(2).split("'")[0].split(".")[0]
             costs[function] = costs.get(function, 0) + int(match.group(1).replace(",", ""))
+            ran.add(function)
+    for function in ran:
+        runs[function] = runs.get(function, 0) + 1
 
 
-def profile(build, bench, work, costs):
+def profile(build, bench, work, costs, runs):
     """Adds what the programs run of BUILD's library to costs."""
     library = build / "libshoal.so"
     exercise = build / "test" / "test_resident_text"
@@ -103,32 +108,37 @@ def profile(build, bench, work, costs):
             sys.exit(f"hot-text: no {needed} (a release build with its tests first)")
     tag = build.name
     fastpath = work / "fastpath"
-    callgrind_costs(library, [str(exercise), "exercise"], work, f"{tag}-exercise", costs)
+    callgrind_costs(library, [str(exercise), "exercise"], work, f"{tag}-exercise", costs, runs)
     for keep in ("1", "0"):
         callgrind_costs(library, [str(fastpath), "100000", "64", keep], work,
-                        f"{tag}-fastpath{keep}", costs)
+                        f"{tag}-fastpath{keep}", costs, runs)
     for case in WORKLOADS:
         words = case.split()
         program = bench / words[0]
         if not program.exists():
             sys.exit(f"hot-text: no {program} (python3 bench/run.py --tiny builds it)")
         callgrind_costs(library, [str(program)] + words[1:], work, f"{tag}-" + "-".join(words),
-                        costs)
+                        costs, runs)
 
 
 def main():
     builds = [Path(arg).resolve() for arg in sys.argv[1:]] or [ROOT / "build"]
     bench = ROOT / "build" / "bench"
-    costs = {}
+    costs, runs = {}, {}
     defined = set()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         subprocess.run(["cc", "-O2", "-fno-builtin", str(ROOT / "tools" / "fastpath.c"), "-o",
                         str(work / "fastpath")], check=True)
         for build in builds:
-            profile(build, bench, work, costs)
+            profile(build, bench, work, costs, runs)
             defined |= defined_functions(build, "shoal*objects", "tT")
-    hot = sorted((f for f in costs if f in defined), key=lambda f: (-costs[f], f))
+    # What the most programs run first, the hottest first among those: the
+    # kernel maps the segment 64 KiB at a time, and a process that runs only
+    # what nearly every process runs (start-up and exit included, run once
+    # but in each) then maps the first 64 KiB alone, not the rare entry
+    # points, fork's handlers and C++'s operators after them.
+    hot = sorted((f for f in costs if f in defined), key=lambda f: (-runs[f], -costs[f], f))
     hot += sorted(defined_functions(builds[0], "shoal_export_objects", "T") - set(hot))
     lines = [HEADER, "SECTIONS\n{\n  .text.shoal_hot ALIGN(0x10000) :\n  {\n",
              "    *crtbeginS.o(.text .text.*)\n",

@@ -18,10 +18,11 @@
 shoal_lock_t arena_lock = SHOAL_LOCK_INIT;
 _Atomic(int64_t) arena_purge_at_ms; /* when cached segments are due for purging; 0: none */
 
+/* The scalars first, then the arrays: a process writes the first OS page
+ * and the arrays' entries it uses, not a page at each end. */
 static struct {
-  shoal_segment_t *cached[ARENA_CACHED_SEGMENTS]; /* (arena) empty segments, warm last */
-  size_t cached_count;                            /* (arena) */
-  _Atomic(bool) has_cached;                       /* (arena, read by all) cached_count > 0 */
+  size_t cached_count;                /* (arena) */
+  _Atomic(bool) has_cached;           /* (arena, read by all) cached_count > 0 */
   size_t cached_old;                  /* (arena) the first ones, cached before the last trim */
   int64_t purge_latest_ms;            /* (arena) releases push arena_purge_at_ms back no later */
   int64_t released_ms;                /* (arena) when a segment was last cached */
@@ -37,6 +38,7 @@ static struct {
   _Atomic(size_t) heap_count;
   _Atomic(size_t) heaps_live; /* (written under arena) of a thread: not abandoned, not orphaned */
   size_t retained_count;      /* (arena) */
+  shoal_segment_t *cached[ARENA_CACHED_SEGMENTS]; /* (arena) empty segments, warm last */
   /* (arena) segments purged whole, no longer in the segment map: address
    * space only. Last, so that the OS pages of the array that no one reaches
    * stay untouched. */

@@ -91,15 +91,19 @@ typedef struct depot_shard_s {
  * shoal's time in depot_stale_at). */
 typedef struct depot_class_s {
   _Atomic(int64_t) active_ms; /* the last take, or the put that found the depot empty */
-  _Atomic(int64_t) wanted_ms; /* the last time a thread looked for a block of the class */
   _Atomic(uint32_t) held_shards cache_aligned; /* a bit per shard holding chains */
 } cache_aligned depot_class_t;
 
 _Static_assert(DEPOT_SHARDS <= 32, "a bit per shard in held_shards");
 _Static_assert((DEPOT_SHARDS & (DEPOT_SHARDS - 1)) == 0, "shards wrap by a mask");
 
-/* Apart: every slow path of a class writes its wanted_ms, shards are
- * written only in programs whose threads free each other's blocks. */
+/* Apart: every slow path of a class writes its depot_wanted_ms, the
+ * depots and shards are written only in programs whose threads free each
+ * other's blocks. The times side by side, eight classes a line, a write a
+ * millisecond at most each: a program's slow paths write one OS page of
+ * them, not the three of the depots that hold them (every process's peak
+ * RSS, the forty-sixth session). */
+static _Atomic(int64_t) depot_wanted_ms[CLASS_COUNT] cache_aligned; /* the last look for one */
 static depot_class_t depots[CLASS_COUNT];
 static depot_shard_t depot_shards[CLASS_COUNT][DEPOT_SHARDS];
 
@@ -109,7 +113,7 @@ static inline void time_note(_Atomic(int64_t) *at, int64_t now) {
 }
 
 void depot_note_wanted(uint8_t size_class, int64_t now) {
-  time_note(&depots[size_class].wanted_ms, now);
+  time_note(&depot_wanted_ms[size_class], now);
 }
 
 /* A depot's times count in the option's purge delay, not the paced one
@@ -122,7 +126,7 @@ static int64_t depot_delay(void) {
 }
 
 bool depot_is_wanted(uint8_t size_class, int64_t now) {
-  return now - atomic_load_explicit(&depots[size_class].wanted_ms, memory_order_relaxed) <
+  return now - atomic_load_explicit(&depot_wanted_ms[size_class], memory_order_relaxed) <
          depot_delay();
 }
 
