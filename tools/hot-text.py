@@ -13,8 +13,8 @@ same script starts new segments before the unwind tables and before .data
 The functions are those callgrind sees run, in a release build, by
 test/resident_text.c's paths, by tools/fastpath.c and by the bench's
 workloads at their tiny sizes, plus every entry point of api/exports.c;
-those that the most of these programs run come first, the hottest first among
-them. The compilers inline and split differently, so the
+those that more of these programs run come first, the hottest first among
+equals. The compilers inline and split differently, so the
 list is the union of the gcc and the clang build's. Run it after a change
 that puts a new function on a common path (test resident_text fails then,
 naming the pages):
