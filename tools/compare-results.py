@@ -74,6 +74,8 @@ def bar(path, limit, markdown):
              for case, figures in rows.items()]
     time_mean = geomean([t for _, t, _ in table])
     memory_mean = geomean([m for _, _, m in table])
+    if time_mean is None or memory_mean is None:
+        sys.exit(f"compare-results: {path} has no row where shoal and another allocator both ran")
     if markdown:
         half = (len(table) + 1) // 2
         print("| workload | time | peak RSS | | workload | time | peak RSS |")

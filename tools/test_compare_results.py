@@ -87,6 +87,11 @@ def main():
           "the change's means", out)
     other = run(one, two, "--allocator", "other")
     check(f"time {1.0:.3f}, peak RSS {1.0:.3f}" in other, "another allocator's runs", other)
+    alone = work / "alone.csv"
+    write(alone, {"alpha": {"system": (1.0, 1), "other": (1.0, 1)}})
+    done = subprocess.run([sys.executable, str(TOOL), str(alone)], capture_output=True, text=True)
+    check(done.returncode != 0 and "no row where shoal" in done.stderr,
+          "a file without shoal's runs refused with a message", done.stderr)
     print("compare-results: all checks passed")
 
 
