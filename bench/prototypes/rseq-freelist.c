@@ -132,6 +132,11 @@ static void *stress(void *arg) {
   return NULL;
 }
 int main(int argc, char **argv) {
+  int threads = argc > 1 ? atoi(argv[1]) : 8;
+  if (threads < 1 || threads > 64) {
+    fprintf(stderr, "rseq-freelist: THREADS is 1 to 64\n");
+    return 2;
+  }
   printf("rseq_size %u\n", __rseq_size);
   node_t *pool = calloc(NODES, sizeof *pool);
   for (int i = 0; i < NODES; i++) rseq_push(&pool[i]);
@@ -152,11 +157,6 @@ int main(int argc, char **argv) {
   }
   double t3 = now();
   printf("rseq pop+push %.2f ns, tls pop+push %.2f ns\n", (t1 - t0) / n * 1e9, (t3 - t2) / n * 1e9);
-  int threads = argc > 1 ? atoi(argv[1]) : 8;
-  if (threads < 1 || threads > 64) {
-    fprintf(stderr, "rseq-freelist: THREADS is 1 to 64\n");
-    return 2;
-  }
   pthread_t t[64];
   double t4 = now();
   for (int i = 0; i < threads; i++) pthread_create(&t[i], 0, stress, 0);
