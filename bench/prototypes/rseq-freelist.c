@@ -33,30 +33,27 @@ typedef struct node {
 #define CPUS 4096 /* processor numbers below this: a list each */
 static node_t *heads[CPUS];
 
+/* A sequence's description for the kernel (its first instruction, its
+ * length up to the committing store, where to go when it is cut short),
+ * pointed to from the thread's rseq area before its first instruction. */
+#define SEQUENCE_BEGIN(label)                                                                      \
+  ".pushsection __rseq_cs, \"aw\"\n\t.balign 32\n\t" label ":\n\t"                                 \
+  ".long 0x0, 0x0\n\t.quad 1f, (2f - 1f), 4f\n\t.popsection\n\t"                                   \
+  "leaq " label "b(%%rip), %%rax\n\tmovq %%rax, %%fs:8(%[off])\n\t1:\n\t"
+/* The end of the sequence, and its abort handler behind glibc's signature. */
+#define SEQUENCE_END                                                                               \
+  "2:\n\t.pushsection __rseq_failure, \"ax\"\n\t.long 0x53053053\n\t4:\n\t"                        \
+  "jmp %l[abort]\n\t.popsection\n\t"
+
 static inline node_t *rseq_pop(void) {
   node_t *result;
   for (;;) {
-    __asm__ goto(".pushsection __rseq_cs, \"aw\"\n\t"
-                 ".balign 32\n\t"
-                 "66:\n\t"
-                 ".long 0x0, 0x0\n\t"
-                 ".quad 1f, (2f - 1f), 4f\n\t"
-                 ".popsection\n\t"
-                 "leaq 66b(%%rip), %%rax\n\t"
-                 "movq %%rax, %%fs:8(%[off])\n\t"
-                 "1:\n\t"
-                 "movl %%fs:4(%[off]), %%eax\n\t"
-                 "movq (%[heads], %%rax, 8), %[result]\n\t"
-                 "testq %[result], %[result]\n\t"
-                 "jz %l[empty]\n\t"
-                 "movq (%[result]), %%rdx\n\t"
-                 "movq %%rdx, (%[heads], %%rax, 8)\n\t"
-                 "2:\n\t"
-                 ".pushsection __rseq_failure, \"ax\"\n\t"
-                 ".long 0x53053053\n\t"
-                 "4:\n\t"
-                 "jmp %l[abort]\n\t"
-                 ".popsection\n\t"
+    __asm__ goto(SEQUENCE_BEGIN("66") "movl %%fs:4(%[off]), %%eax\n\t"
+                                      "movq (%[heads], %%rax, 8), %[result]\n\t"
+                                      "testq %[result], %[result]\n\t"
+                                      "jz %l[empty]\n\t"
+                                      "movq (%[result]), %%rdx\n\t"
+                                      "movq %%rdx, (%[heads], %%rax, 8)\n\t" SEQUENCE_END
                  : [result] "=&r"(result)
                  : [off] "r"(__rseq_offset), [heads] "r"(heads)
                  : "rax", "rdx", "memory", "cc"
@@ -71,25 +68,10 @@ static inline node_t *rseq_pop(void) {
 
 static inline void rseq_push(node_t *n) {
   for (;;) {
-    __asm__ goto(".pushsection __rseq_cs, \"aw\"\n\t"
-                 ".balign 32\n\t"
-                 "67:\n\t"
-                 ".long 0x0, 0x0\n\t"
-                 ".quad 1f, (2f - 1f), 4f\n\t"
-                 ".popsection\n\t"
-                 "leaq 67b(%%rip), %%rax\n\t"
-                 "movq %%rax, %%fs:8(%[off])\n\t"
-                 "1:\n\t"
-                 "movl %%fs:4(%[off]), %%eax\n\t"
-                 "movq (%[heads], %%rax, 8), %%rcx\n\t"
-                 "movq %%rcx, (%[n])\n\t"
-                 "movq %[n], (%[heads], %%rax, 8)\n\t"
-                 "2:\n\t"
-                 ".pushsection __rseq_failure, \"ax\"\n\t"
-                 ".long 0x53053053\n\t"
-                 "4:\n\t"
-                 "jmp %l[abort]\n\t"
-                 ".popsection\n\t"
+    __asm__ goto(SEQUENCE_BEGIN("67") "movl %%fs:4(%[off]), %%eax\n\t"
+                                      "movq (%[heads], %%rax, 8), %%rcx\n\t"
+                                      "movq %%rcx, (%[n])\n\t"
+                                      "movq %[n], (%[heads], %%rax, 8)\n\t" SEQUENCE_END
                  :
                  : [off] "r"(__rseq_offset), [heads] "r"(heads), [n] "r"(n)
                  : "rax", "rcx", "memory", "cc"
