@@ -119,6 +119,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "rseq-freelist: THREADS is 1 to 64\n");
     return 2;
   }
+  if (__rseq_size == 0) { /* glibc registered no rseq area for this thread */
+    fprintf(stderr, "rseq-freelist: no rseq area (glibc 2.35 or later on a kernel with rseq, "
+                    "and not GLIBC_TUNABLES=glibc.pthread.rseq=0)\n");
+    return 2;
+  }
   printf("rseq_size %u\n", __rseq_size);
   node_t *pool = calloc(NODES, sizeof *pool);
   for (int i = 0; i < NODES; i++) rseq_push(&pool[i]);
