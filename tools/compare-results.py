@@ -26,10 +26,14 @@ over the rows where every allocator succeeded: they agree when none failed.
 """
 import argparse
 import csv
-import math
 import signal
 import sys
 from collections import OrderedDict, defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from report import geomean  # noqa: E402 (the mean report.py writes into each results file)
 
 METRICS = ("time_s", "peak_rss_kb")
 
@@ -46,11 +50,6 @@ def load(path):
     if not rows:
         sys.exit(f"compare-results: {path} holds no time_s or peak_rss_kb rows")
     return rows
-
-
-def geomean(values):
-    values = [v for v in values if v is not None and v > 0]
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
 def shoal_over_best_other(figures):
