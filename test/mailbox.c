@@ -115,8 +115,11 @@ static void test_exchange(void) {
   for (size_t t = 0; t < 2; t++) CHECK(pthread_join(threads[t], NULL) == 0);
   pthread_barrier_destroy(&exchange_line);
   /* The second round reuses what the other thread freed of the first: a
-   * round that found none of it would double the peak. */
-  CHECK_CTX(exchange_peak[1] <= exchange_peak[0] + exchange_peak[0] / 4,
+   * round that found none of it would nearly double the peak (+80 % at
+   * SHOAL_TEST_SCALE=0.2). How much arrives in time varies with the
+   * scheduling: alone, +5 to +8 %; beside other suites on 2 cores, up to
+   * +25 % (one run in twenty over it), so half as much again is the bound. */
+  CHECK_CTX(exchange_peak[1] <= exchange_peak[0] + exchange_peak[0] / 2,
             "peak committed %zu KiB after the first round, %zu after the second",
             exchange_peak[0] >> 10, exchange_peak[1] >> 10);
   for (size_t t = 0; t < 2; t++) {
