@@ -1,10 +1,11 @@
 """report.py — turn the runs of run.py into tables, a CSV file and charts.
 
 Per case and allocator: the median of the runs and the spread, (max - min) /
-median, for every metric a workload prints. The Markdown file has three
-tables (time, peak RSS, workload metrics) with each cell also given relative
-to the best in its row, a geometric-mean line, and shoal's ratio to the best
-other allocator; the machine and the allocator versions are written beside
+median, for every metric a workload prints. The Markdown file has tables of
+time, peak RSS and workload metrics with each cell also given relative to
+the best in its row, a geometric-mean line, and shoal's ratio to the best
+other allocator, and a table of both at once (each allocator's worse ratio
+of the two in each row); the machine and the allocator versions are written beside
 them. The CSV file holds the same summaries in long form, one metric a line.
 Charts need gnuplot (Debian: gnuplot-nox) and are skipped without it.
 """
@@ -72,6 +73,21 @@ def geomean(values):
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
+def worse_of_both(times, peaks):
+    """{allocator: the worse of its time and its peak RSS in one row, each over
+    the best of the other allocators}, for those with both figures. The
+    fastest and the leanest are seldom the same allocator; the bar asks to be
+    within 1.25 of each at once."""
+    worse = {}
+    for allocator in sorted(times.keys() & peaks.keys()):
+        other_times = [v for a, v in times.items() if a != allocator and v]
+        other_peaks = [v for a, v in peaks.items() if a != allocator and v]
+        if other_times and other_peaks and times[allocator] and peaks[allocator]:
+            worse[allocator] = max(times[allocator] / min(other_times),
+                                   peaks[allocator] / min(other_peaks))
+    return worse
+
+
 # ---- number formatting ---------------------------------------------------
 
 def number(value):
@@ -126,6 +142,32 @@ def metric_table(title, key, scale, cases, allocators, cells):
         means.append(f"**{ratio(geomean(shoal_ratios))}**")
     lines.append("| " + " | ".join(means) + " |")
     return lines, shoal_ratios
+
+
+def both_at_once_table(cases, allocators, cells, limit=1.25):
+    """Each allocator's worse_of_both over the rows: its geometric mean and
+    how many rows are within `limit`."""
+    worse = {a: [] for a in allocators}
+    for case in cases:
+        label = case["label"]
+        times = {a: median(cells[(label, a)], "time_s") for a in allocators}
+        peaks = {a: median(cells[(label, a)], "peak_rss_kb") for a in allocators}
+        row = worse_of_both({a: v for a, v in times.items() if v is not None},
+                            {a: v for a, v in peaks.items() if v is not None})
+        for a, value in row.items():
+            worse[a].append(value)
+    ranked = sorted((geomean(values), a) for a, values in worse.items() if values)
+    if len(allocators) < 2 or not ranked:
+        return []
+    lines = ["## Time and peak RSS at once", "",
+             "In each row, the worse of an allocator's time and its peak RSS, each over the best "
+             "of the other allocators in that row: its geometric mean, and the rows where both "
+             f"are within {limit:.2f}.", "",
+             f"| allocator | geometric mean | rows within {limit:.2f} |", "|---|---:|---:|"]
+    for mean, a in ranked:
+        within = sum(value <= limit for value in worse[a])
+        lines.append(f"| {a} | {ratio(mean)} | {within} of {len(worse[a])} |")
+    return lines
 
 
 def extra_metrics(cases, allocators, cells):
@@ -354,7 +396,10 @@ def write_all(setup, cases, results):
              + hopeless_text(setup) + run_time_text(setup), ""]
     time_lines, shoal_ratios = metric_table("Time (s)", "time_s", 1, cases, allocators, cells)
     rss_lines, _ = metric_table("Peak RSS (MiB)", "peak_rss_kb", MIB_KB, cases, allocators, cells)
-    lines += time_lines + [""] + rss_lines + [""] + extras_table(cases, allocators, cells) + [""]
+    lines += time_lines + [""] + rss_lines + [""]
+    both = both_at_once_table(cases, allocators, cells)
+    lines += both + [""] if both else []
+    lines += extras_table(cases, allocators, cells) + [""]
 
     failures = [f"- {label} under {a}: {c['status']}: {c['message']}"
                 for (label, a), c in cells.items() if c["status"] != "ok"]

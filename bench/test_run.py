@@ -6,7 +6,9 @@ under every allocator, interleaved, and a steady case none; a peer whose
 first run is hopeless (HOPELESS_TIMES the fastest, HOPELESS_S seconds, a
 peak HOPELESS_RSS the leanest) runs once, shoal and every other peer as
 usual. A run that goes on from a journal runs nothing the journal holds,
-and its report counts the journal's runs. Run by ctest (bench_noisy_rule)."""
+and its report counts the journal's runs; the report's table of time and
+peak RSS at once ranks each allocator by the worse of the two in each row.
+Run by ctest (bench_noisy_rule)."""
 import sys
 import tempfile
 from pathlib import Path
@@ -94,7 +96,17 @@ def main():
                                      "runs_wall": sum(r["wall_s"] for r in again)})
         assert "6 runs took 0.2 min" in text and "ran 0 of them in 0.1 min" in text, text
         assert report.run_time_text({"elapsed": 90.0}) == "Total run time 1.5 min."
-    print("bench_noisy_rule: ok (noisy cases, hopeless peers, journals)")
+    # The table of both at once: a is faster (1 against 2) and fatter (300 against 100) than b:
+    # a's worse is 3, b's 2; only c, as fast as a and as lean as b, is within 1.25.
+    both_cases = [{"label": "row"}]
+    figures = {"a": (1.0, 300), "b": (2.0, 100), "c": (1.0, 100)}
+    cells = {("row", k): {"status": "ok", "values": {"time_s": [t], "peak_rss_kb": [p]}}
+             for k, (t, p) in figures.items()}
+    table = report.both_at_once_table(both_cases, list(figures), cells)
+    assert "| c | 1.00 | 1 of 1 |" in table and "| b | 2.00 | 0 of 1 |" in table, table
+    assert table.index("| b | 2.00 | 0 of 1 |") < table.index("| a | 3.00 | 0 of 1 |"), table
+    assert report.both_at_once_table(both_cases, ["a"], cells) == []  # nothing to compare
+    print("bench_noisy_rule: ok (noisy cases, hopeless peers, journals, both at once)")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,10 @@
 
 One file: where shoal stands against the bar. For every row, shoal's time
 and peak RSS over the best other allocator of that row; their geometric
-means; the rows over a limit (1.25, the issue's); and each allocator's
-geometric mean against the best of all six in each row. --markdown prints
+means; the rows over a limit (1.25, the issue's); each allocator's
+geometric mean against the best of all six in each row; and, for each
+allocator, the worse of its two ratios in each row (the per-row clause:
+both within the limit at once), their mean and how many rows pass. --markdown prints
 the two-column table that README.md's "Where shoal stands" shows.
 
     tools/compare-results.py bench/results/2026-12-07-full-session46.csv
@@ -33,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-from report import geomean  # noqa: E402 (the mean report.py writes into each results file)
+from report import geomean, worse_of_both  # noqa: E402 (as report.py writes each results file)
 
 METRICS = ("time_s", "peak_rss_kb")
 
@@ -106,6 +108,21 @@ def bar(path, limit, markdown):
         means = sorted((geomean(ratios), allocator) for allocator, ratios in against_best.items())
         print(f"  {name}, each against the best of all in its row: " +
               ", ".join(f"{allocator} {mean:.2f}" for mean, allocator in means))
+    print_both_at_once(rows, limit)
+
+
+def print_both_at_once(rows, limit):
+    """The bar's per-row clause asked of every allocator (report.worse_of_both)."""
+    worse = defaultdict(list)
+    for figures in rows.values():
+        for allocator, value in worse_of_both(figures.get("time_s", {}),
+                                              figures.get("peak_rss_kb", {})).items():
+            worse[allocator].append(value)
+    ranked = sorted((geomean(ratios), allocator) for allocator, ratios in worse.items())
+    print(f"  time and peak RSS at once, the worse of the two against the best other of its row "
+          f"(rows within {limit:.2f}): " +
+          ", ".join(f"{allocator} {mean:.2f} ({sum(r <= limit for r in worse[allocator])} of "
+                    f"{len(worse[allocator])})" for mean, allocator in ranked))
 
 
 def ab(old_path, new_path, allocator, flag):

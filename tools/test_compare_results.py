@@ -1,8 +1,9 @@
 """Checks tools/compare-results.py on results files made up here, whose
 answers are worked out by hand: shoal's ratio to the best other allocator
 of each row, the geometric means, the rows over the limit, each
-allocator's mean against the best of all, the README table, and the
-change between two runs of one allocator. Run by ctest (compare_results)."""
+allocator's mean against the best of all, the worse of time and memory
+at once, the README table, and the change between two runs of one
+allocator. Run by ctest (compare_results)."""
 import csv
 import math
 import subprocess
@@ -67,6 +68,10 @@ def main():
     # Each against the best of all: time shoal (1.5, 1, 1) -> 1.145, other (1, 2, 1) -> 1.26.
     check("time, each against the best of all in its row: shoal 1.14, other 1.26, system 2.00"
           in out, "allocators ranked by their means", out)
+    # Both at once, the worse of the two against the best other: alpha shoal 1.5, system 2,
+    # other 3; beta shoal 2, system 4, other 2; gamma (shoal's peak failed) system 1, other 1.
+    check("(rows within 1.25): shoal 1.73 (0 of 2), other 1.82 (1 of 3), system 2.00 (1 of 3)"
+          in out, "the per-row clause for every allocator", out)
     table = run(one, "--markdown")
     check("| alpha | 1.50 | **1.00** | | gamma | **1.00** | — |" in table, "the table's row",
           table)
