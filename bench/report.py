@@ -5,8 +5,8 @@ median, for every metric a workload prints. The Markdown file has tables of
 time, peak RSS and workload metrics with each cell also given relative to
 the best in its row, a geometric-mean line, and shoal's ratio to the best
 other allocator, and a table of both at once (each allocator's worse ratio
-of the two in each row); the machine and the allocator versions are written beside
-them. The CSV file holds the same summaries in long form, one metric a line.
+of the two in each row); the machine and the allocator versions are written
+beside them. The CSV file holds the same summaries in long form, one metric a line.
 Charts need gnuplot (Debian: gnuplot-nox) and are skipped without it.
 """
 
@@ -157,12 +157,12 @@ def both_at_once_table(cases, allocators, cells, limit=1.25):
         for a, value in row.items():
             worse[a].append(value)
     ranked = sorted((geomean(values), a) for a, values in worse.items() if values)
-    if len(allocators) < 2 or not ranked:
+    if not ranked:  # one allocator: no other to be over
         return []
     lines = ["## Time and peak RSS at once", "",
              "In each row, the worse of an allocator's time and its peak RSS, each over the best "
-             "of the other allocators in that row: its geometric mean, and the rows where both "
-             f"are within {limit:.2f}.", "",
+             "of the other allocators in that row: its geometric mean over the rows where it "
+             f"ran, and the rows where both are within {limit:.2f}.", "",
              f"| allocator | geometric mean | rows within {limit:.2f} |", "|---|---:|---:|"]
     for mean, a in ranked:
         within = sum(value <= limit for value in worse[a])

@@ -5,10 +5,11 @@
 One file: where shoal stands against the bar. For every row, shoal's time
 and peak RSS over the best other allocator of that row; their geometric
 means; the rows over a limit (1.25, the issue's); each allocator's
-geometric mean against the best of all six in each row; and, for each
-allocator, the worse of its two ratios in each row (the per-row clause:
-both within the limit at once), their mean and how many rows pass. --markdown prints
-the two-column table that README.md's "Where shoal stands" shows.
+geometric mean against the best of all six in each row; and for each
+allocator the worse of its two ratios in each row (the per-row clause,
+both within the limit at once), their mean and how many rows pass.
+--markdown prints the two-column table that README.md's "Where shoal
+stands" shows.
 
     tools/compare-results.py bench/results/2026-12-07-full-session46.csv
     tools/compare-results.py --markdown bench/results/2026-12-07-full-session46.csv
