@@ -88,6 +88,18 @@ def worse_of_both(times, peaks):
     return worse
 
 
+def rank_both_at_once(rows, limit):
+    """Over rows of (times, peaks), each {allocator: figure}: per allocator
+    the geometric mean of worse_of_both, the rows within `limit` and the
+    rows it has; best first."""
+    worse = {}
+    for times, peaks in rows:
+        for allocator, value in worse_of_both(times, peaks).items():
+            worse.setdefault(allocator, []).append(value)
+    return sorted((geomean(values), allocator, sum(v <= limit for v in values), len(values))
+                  for allocator, values in worse.items())
+
+
 # ---- number formatting ---------------------------------------------------
 
 def number(value):
@@ -145,18 +157,13 @@ def metric_table(title, key, scale, cases, allocators, cells):
 
 
 def both_at_once_table(cases, allocators, cells, limit=1.25):
-    """Each allocator's worse_of_both over the rows: its geometric mean and
-    how many rows are within `limit`."""
-    worse = {a: [] for a in allocators}
-    for case in cases:
-        label = case["label"]
-        times = {a: median(cells[(label, a)], "time_s") for a in allocators}
-        peaks = {a: median(cells[(label, a)], "peak_rss_kb") for a in allocators}
-        row = worse_of_both({a: v for a, v in times.items() if v is not None},
-                            {a: v for a, v in peaks.items() if v is not None})
-        for a, value in row.items():
-            worse[a].append(value)
-    ranked = sorted((geomean(values), a) for a, values in worse.items() if values)
+    """The Markdown table of rank_both_at_once over the run's cases."""
+    def figures(label, key):
+        values = {a: median(cells[(label, a)], key) for a in allocators}
+        return {a: v for a, v in values.items() if v is not None}
+
+    ranked = rank_both_at_once(((figures(case["label"], "time_s"),
+                                 figures(case["label"], "peak_rss_kb")) for case in cases), limit)
     if not ranked:  # one allocator: no other to be over
         return []
     lines = ["## Time and peak RSS at once", "",
@@ -164,9 +171,8 @@ def both_at_once_table(cases, allocators, cells, limit=1.25):
              "of the other allocators in that row: its geometric mean over the rows where it "
              f"ran, and the rows where both are within {limit:.2f}.", "",
              f"| allocator | geometric mean | rows within {limit:.2f} |", "|---|---:|---:|"]
-    for mean, a in ranked:
-        within = sum(value <= limit for value in worse[a])
-        lines.append(f"| {a} | {ratio(mean)} | {within} of {len(worse[a])} |")
+    for mean, a, within, count in ranked:
+        lines.append(f"| {a} | {ratio(mean)} | {within} of {count} |")
     return lines
 
 

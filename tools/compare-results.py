@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-from report import geomean, worse_of_both  # noqa: E402 (as report.py writes each results file)
+from report import geomean, rank_both_at_once  # noqa: E402 (as report.py writes each results file)
 
 METRICS = ("time_s", "peak_rss_kb")
 
@@ -113,17 +113,13 @@ def bar(path, limit, markdown):
 
 
 def print_both_at_once(rows, limit):
-    """The bar's per-row clause asked of every allocator (report.worse_of_both)."""
-    worse = defaultdict(list)
-    for figures in rows.values():
-        for allocator, value in worse_of_both(figures.get("time_s", {}),
-                                              figures.get("peak_rss_kb", {})).items():
-            worse[allocator].append(value)
-    ranked = sorted((geomean(ratios), allocator) for allocator, ratios in worse.items())
+    """The bar's per-row clause asked of every allocator (report.rank_both_at_once)."""
+    ranked = rank_both_at_once(((figures.get("time_s", {}), figures.get("peak_rss_kb", {}))
+                                for figures in rows.values()), limit)
     print(f"  time and peak RSS at once, the worse of the two against the best other of its row "
           f"(rows within {limit:.2f}): " +
-          ", ".join(f"{allocator} {mean:.2f} ({sum(r <= limit for r in worse[allocator])} of "
-                    f"{len(worse[allocator])})" for mean, allocator in ranked))
+          ", ".join(f"{allocator} {mean:.2f} ({within} of {count})"
+                    for mean, allocator, within, count in ranked))
 
 
 def ab(old_path, new_path, allocator, flag):
