@@ -891,15 +891,32 @@ void heap_fork_child(shoal_heap_t *survivor) {
  * (without the purge check: see heap_fresh_page). A look covers
  * EMPTIED_SCAN_PAGES pages at most, going on from class to class where the
  * last one stopped: a heap fragmented over thousands of pages must not
- * walk them all for each page it takes. */
+ * walk them all for each page it takes. The looks come in rounds that go
+ * once round the heap's pages, and only while other threads push blocks
+ * onto its pages' lists (remote_pushed): a round that finds no page
+ * emptied clears the flag, and the next push sets it again. A heap that no
+ * other thread frees into read a line of each of 64 pages for every page it
+ * took (the gcc replay: 4 % of its time, mtalloc t=2 2 %); one they keep
+ * emptying leaves the flag set, so that its pushers only read it. */
 #define EMPTIED_SCAN_PAGES 64
 static void heap_retire_remotely_emptied(shoal_heap_t *heap) {
+  if (heap->emptied_scans_owed == 0) {
+    if (!atomic_load_explicit(&heap->remote_pushed, memory_order_relaxed)) return;
+    size_t taken = atomic_load_explicit(&heap->pages_taken, memory_order_relaxed);
+    size_t given = atomic_load_explicit(&heap->pages_given, memory_order_relaxed);
+    size_t held = taken > given ? taken - given : 0; /* others may give its pages back */
+    size_t looks = 1 + held / EMPTIED_SCAN_PAGES;
+    heap->emptied_scans_owed = (uint32_t)(looks < CLASS_COUNT ? looks : CLASS_COUNT);
+    heap->emptied_found = false;
+  }
   unsigned budget = EMPTIED_SCAN_PAGES, size_class = heap->emptied_scan_class;
   for (unsigned classes = 0; classes < CLASS_COUNT && budget > 0; classes++) {
     for (shoal_page_t *page = heap->queues[size_class].first, *next; page != NULL && budget > 0;
          page = next, budget--) {
       next = page->next;
-      if (page_collect_if_emptied(page) && !page_is_alone_in_queue(heap, page)) {
+      if (!page_collect_if_emptied(page)) continue;
+      heap->emptied_found = true;
+      if (!page_is_alone_in_queue(heap, page)) {
         queue_remove(heap, page);
         heap_page_give_back(heap, page);
       }
@@ -907,6 +924,8 @@ static void heap_retire_remotely_emptied(shoal_heap_t *heap) {
     size_class = size_class + 1 < CLASS_COUNT ? size_class + 1 : 0;
   }
   heap->emptied_scan_class = size_class;
+  if (--heap->emptied_scans_owed == 0 && !heap->emptied_found)
+    atomic_store_explicit(&heap->remote_pushed, false, memory_order_relaxed);
 }
 
 /* No purge check here: a heap taking fresh pages is about to reuse what it

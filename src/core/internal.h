@@ -521,6 +521,8 @@ typedef struct shoal_heap_s {
   uint32_t slow_depth;         /* (owner) */
   uint32_t serves_while_idle;  /* (under slow_lock) serves since the owner's last drain */
   uint32_t emptied_scan_class; /* (owner) where the next look for remotely emptied pages starts */
+  uint32_t emptied_scans_owed; /* (owner) looks left in the round (heap_retire_remotely_emptied) */
+  bool emptied_found;          /* (owner) the round found a page other threads emptied */
   bool owner_cpu_noted;        /* (under slow_lock) heap_owner_only_away: */
   int64_t owner_cpu_ms_noted;  /* the owner's CPU time when a serve first saw it runnable */
   shoal_segment_t *segments;   /* (owner) its segments that have a free slice (full ones
@@ -570,6 +572,12 @@ typedef struct shoal_heap_s {
   _Atomic(shoal_page_t *) notified cache_aligned; /* (atomic) full pages that got remote frees */
   _Atomic(size_t) notified_slices;                /* (atomic) their slices, about: a drain resets */
   _Atomic(int) state;                             /* (atomic) heap_state_t */
+  /* (atomic) Set by a push of other threads' blocks onto a page's list
+   * (page_push_remote), cleared by the owner after a round of looks for the
+   * pages such pushes emptied that found none (heap.c,
+   * heap_retire_remotely_emptied): a heap no other thread frees into never
+   * looks. A hint: a push that races the clear is found at the next round. */
+  _Atomic(bool) remote_pushed;
   /* (atomic) Other threads' parcels of this heap's medium blocks, a stack:
    * the owner puts each block back on its page at its next slow path
    * (heap.c, the mailbox). */

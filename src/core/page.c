@@ -189,6 +189,9 @@ static shoal_heap_t *page_notify_owner(shoal_page_t *page);
  * at the same instant); the first push onto a parked page tells the owner. */
 shoal_heap_t *page_push_remote(shoal_page_t *page, shoal_block_t *head, shoal_block_t *tail,
                                uint32_t count) {
+  /* Read while the blocks pushed keep the page in use: once they are on
+   * its list, its owner may collect them and give the page back. */
+  shoal_heap_t *owner = (shoal_heap_t *)atomic_load_explicit(&page->owner, memory_order_relaxed);
   uintptr_t word = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
   uintptr_t desired;
   do {
@@ -199,7 +202,13 @@ shoal_heap_t *page_push_remote(shoal_page_t *page, shoal_block_t *head, shoal_bl
      * notify link, which the owner's parking (a release) handed over. */
   } while (!atomic_compare_exchange_weak_explicit(&page->xthread_free, &word, desired,
                                                   memory_order_acq_rel, memory_order_relaxed));
-  return (word & NOTIFY_BIT) != 0 ? page_notify_owner(page) : NULL;
+  if (word & NOTIFY_BIT) return page_notify_owner(page);
+  /* A parked page is the drain's; a queued one may be empty now. Read
+   * before written: the flag stays set through a round of the owner's, and
+   * a heap is never unmapped. */
+  if (owner != NULL && !atomic_load_explicit(&owner->remote_pushed, memory_order_relaxed))
+    atomic_store_explicit(&owner->remote_pushed, true, memory_order_relaxed);
+  return NULL;
 }
 
 /* Called by the remote freer that cleared the notify bit. The heap is never

@@ -832,11 +832,14 @@ static void *remote_emptied_in_own_heap(void *arg) {
   run_in_thread(free_all);
   CHECK(atomic_load(&first_page->xthread_free) >> 48 == count - 1);
   CHECK(first_page->size_class == size_class && first_page->used == count - 1);
+  CHECK(atomic_load(&thread_heap->remote_pushed)); /* pushes onto a queued page's list */
   /* A class with no page yet takes slices: the emptied page goes first. */
   CHECK(thread_heap->queues[size_class_of(OTHER_SIZE)].first == NULL);
   void *other = shoal_malloc(OTHER_SIZE);
   CHECK(other != NULL);
   CHECK(first_page->size_class != size_class); /* given back (or its slices reused) */
+  /* That round found a page emptied: the flag stays for the pushers to read. */
+  CHECK(thread_heap->emptied_found && atomic_load(&thread_heap->remote_pushed));
   CHECK(thread_heap->queues[size_class].first == second_page &&
         thread_heap->queues[size_class].last == second_page);
   memset(other, 0x3c, OTHER_SIZE);
@@ -848,6 +851,51 @@ static void *remote_emptied_in_own_heap(void *arg) {
 
 static void test_remote_emptied_retired(void) {
   run_in_thread(remote_emptied_in_own_heap);
+}
+
+/* A heap that no other thread frees into takes fresh pages without a look
+ * for emptied ones; a push starts a round, and a round that finds none
+ * emptied ends the looks until the next push. */
+static void *looks_after_pushes_only(void *arg) {
+  (void)arg;
+  enum { SIZE = 256, SECOND_SIZE = 2000, THIRD_SIZE = 3000 };
+  static void *before[1024], *in_first[1024];
+  size_t before_count;
+  shoal_page_t *first_page = fill_fresh_page(SIZE, before, &before_count, in_first);
+  shoal_heap_t *heap = thread_heap;
+  CHECK(first_page->flags == 0 && (first_page->used == first_page->reserved));
+  shoal_free(in_first[0]); /* its own free: no push */
+  CHECK(heap->queues[size_class_of(SECOND_SIZE)].first == NULL);
+  uint64_t taken = atomic_load(&heap->pages_taken);
+  void *second = shoal_malloc(SECOND_SIZE);
+  CHECK(atomic_load(&heap->pages_taken) == taken + 1); /* a fresh page, and no look */
+  CHECK(!atomic_load(&heap->remote_pushed) && heap->emptied_scans_owed == 0);
+  /* Another thread frees a block of the first page, still queued and far
+   * from empty: one push onto its list. */
+  block_count = 0;
+  blocks[block_count++] = in_first[1];
+  run_in_thread(free_all);
+  CHECK(atomic_load(&first_page->xthread_free) >> 48 == 1);
+  CHECK(atomic_load(&heap->remote_pushed));
+  /* The next fresh page starts a round: a few pages held, one look, which
+   * finds none emptied and clears the flag. */
+  CHECK(heap->queues[size_class_of(THIRD_SIZE)].first == NULL);
+  void *third = shoal_malloc(THIRD_SIZE);
+  CHECK(third != NULL && atomic_load(&heap->pages_taken) == taken + 2);
+  CHECK(!heap->emptied_found && heap->emptied_scans_owed == 0);
+  CHECK(!atomic_load(&heap->remote_pushed));
+  CHECK(first_page->size_class == size_class_of(SIZE)); /* still in use, kept */
+  memset(second, 0x5a, SECOND_SIZE);
+  memset(third, 0xa5, THIRD_SIZE);
+  shoal_free(third);
+  shoal_free(second);
+  for (size_t i = 2; i < first_page->reserved; i++) shoal_free(in_first[i]);
+  for (size_t i = 0; i < before_count; i++) shoal_free(before[i]);
+  return NULL;
+}
+
+static void test_looks_after_pushes_only(void) {
+  run_in_thread(looks_after_pushes_only);
 }
 
 /* ---- a live thread reuses a dead thread's segments ---- */
@@ -1546,6 +1594,7 @@ int main(void) {
   test_small_rotate();
   test_borrow();
   test_remote_emptied_retired();
+  test_looks_after_pushes_only();
   test_cached_segment_pending();
   test_trim_put_off_while_drawn();
   test_retired_segments_come_back();
