@@ -896,7 +896,7 @@ void heap_fork_child(shoal_heap_t *survivor) {
  * onto its pages' lists (remote_pushed): a round that finds no page
  * emptied clears the flag, and the next push sets it again. A heap that no
  * other thread frees into read a line of each of 64 pages for every page it
- * took (the gcc replay: 4 % of its time, mtalloc t=2 2 %); one they keep
+ * took (the gcc replay: 2-4 % of its time, mtalloc t=2: 2 %); one they keep
  * emptying leaves the flag set, so that its pushers only read it. */
 #define EMPTIED_SCAN_PAGES 64
 static void heap_retire_remotely_emptied(shoal_heap_t *heap) {
