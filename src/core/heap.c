@@ -902,10 +902,7 @@ void heap_fork_child(shoal_heap_t *survivor) {
 static void heap_retire_remotely_emptied(shoal_heap_t *heap) {
   if (heap->emptied_scans_owed == 0) {
     if (!atomic_load_explicit(&heap->remote_pushed, memory_order_relaxed)) return;
-    size_t taken = atomic_load_explicit(&heap->pages_taken, memory_order_relaxed);
-    size_t given = atomic_load_explicit(&heap->pages_given, memory_order_relaxed);
-    size_t held = taken > given ? taken - given : 0; /* others may give its pages back */
-    size_t looks = 1 + held / EMPTIED_SCAN_PAGES;
+    size_t looks = 1 + heap_pages_held(heap) / EMPTIED_SCAN_PAGES;
     heap->emptied_scans_owed = (uint32_t)(looks < CLASS_COUNT ? looks : CLASS_COUNT);
     heap->emptied_found = false;
   }

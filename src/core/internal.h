@@ -1014,6 +1014,14 @@ static inline void owner_count_add(_Atomic(size_t) *counter, size_t amount) {
                         memory_order_relaxed);
 }
 
+/* The pages a heap holds, about: others may give its pages back, so what
+ * it gave can exceed what it took. */
+static inline size_t heap_pages_held(const shoal_heap_t *heap) {
+  size_t taken = atomic_load_explicit(&heap->pages_taken, memory_order_relaxed);
+  size_t given = atomic_load_explicit(&heap->pages_given, memory_order_relaxed);
+  return taken > given ? taken - given : 0;
+}
+
 /* Only the heap's own thread adds, so a relaxed load and store suffice
  * (no locked instruction); the atomic type lets other threads read it. */
 static inline void counter_add(_Atomic(size_t) *counter, size_t amount) {

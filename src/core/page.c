@@ -66,9 +66,7 @@ void page_init(shoal_page_t *page, shoal_heap_t *heap, size_t block_size, uint8_
 static bool page_heap_is_big(const shoal_page_t *page) {
   const shoal_heap_t *heap =
       (const shoal_heap_t *)atomic_load_explicit(&page->owner, memory_order_relaxed);
-  size_t taken = atomic_load_explicit(&heap->pages_taken, memory_order_relaxed);
-  size_t given = atomic_load_explicit(&heap->pages_given, memory_order_relaxed);
-  return taken >= given + POPULATE_MIN_PAGES; /* given may be more: others gave its pages back */
+  return heap_pages_held(heap) >= POPULATE_MIN_PAGES;
 }
 
 static void page_populate_ahead(const shoal_page_t *page, size_t from, size_t to) {
