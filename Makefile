@@ -23,8 +23,9 @@ deps-test deps-bench deps-deb deps-lazarus deps-windows:
 	@tools/deps $(@:deps-%=%)
 
 # Every test: release build with gcc, warnings-as-errors build with clang,
-# the whole suite under UBSan, the multi-threaded tests under TSan, format,
-# and the Win64 build's tests under Wine.
+# the whole suite under UBSan, the multi-threaded tests under TSan (both
+# with the free lists' audits, SHOAL_AUDIT), format, and the Win64 build's
+# tests under Wine.
 test: deps-test deps-windows
 	@$(MAKE) --no-print-directory format-check test-release test-clang test-ubsan test-tsan test-windows
 	@echo "make test: all suites passed"
@@ -38,12 +39,14 @@ test-clang:
 	cd $(BUILD)-clang && $(CTEST) --output-on-failure -j $(JOBS) -L quick
 
 test-ubsan:
-	$(CMAKE) -S . -B $(BUILD)-ubsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHOAL_SANITIZE=undefined >/dev/null
+	$(CMAKE) -S . -B $(BUILD)-ubsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHOAL_SANITIZE=undefined \
+	  -DSHOAL_AUDIT=ON >/dev/null
 	$(CMAKE) --build $(BUILD)-ubsan -j $(JOBS)
 	cd $(BUILD)-ubsan && SHOAL_TEST_SCALE=0.2 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 $(CTEST) --output-on-failure -j $(JOBS) -LE nosan
 
 test-tsan:
-	CC=clang CXX=clang++ $(CMAKE) -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHOAL_SANITIZE=thread >/dev/null
+	CC=clang CXX=clang++ $(CMAKE) -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHOAL_SANITIZE=thread \
+	  -DSHOAL_AUDIT=ON >/dev/null
 	$(CMAKE) --build $(BUILD)-tsan -j $(JOBS)
 	cd $(BUILD)-tsan && SHOAL_TEST_SCALE=0.1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" $(CTEST) --output-on-failure -j $(JOBS) -L threads -LE nosan
 

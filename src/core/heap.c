@@ -183,6 +183,12 @@ static void heap_give_back_guest(shoal_heap_t *heap, shoal_page_t *page);
 
 /* A page's slices to its segment, the heap's (held by the caller). */
 static void heap_slices_back(shoal_heap_t *heap, shoal_page_t *page) {
+  if (SHOAL_AUDIT && page->size_class < CLASS_COUNT)
+    for (uint32_t i = 0; i < page->capacity; i++) {
+      const shoal_block_t *block = (const void *)(page->start + (size_t)i * page->block_size);
+      AUDIT(block->key == free_key, "a page given back holds a live block", block, i,
+            page->capacity);
+    }
   segment_page_free(heap, page);
   if (heap->purge_pending_bytes >= LEND_MIN_PENDING_BYTES) heap_slots_note(&lenders, heap);
 }
@@ -608,6 +614,10 @@ static bool heap_take_segment(shoal_heap_t *heap, shoal_heap_t *from, bool all_p
   for (shoal_page_t *page; (page = segment_next_page(best, &slice)) != NULL;) {
     if (page_is_guest(page))
       continue; /* another heap's (or on its way back): stays so, for the segment's new heap */
+    /* Its blocks that other threads freed into their class caches (alloc.h,
+     * remote_cache_push) hold what the program wrote, and are this heap's
+     * now: its calloc must not take them for fresh (zero_block). */
+    page->is_zero = 0;
     if (page->flags & PAGE_FULL) {
       list_remove(parked_list(from, page), page);
       atomic_store_explicit(&page->owner, (uintptr_t)heap, memory_order_relaxed);
@@ -1003,6 +1013,22 @@ static unsigned heap_depot_home(const shoal_heap_t *heap) {
   return (unsigned)(spread >> 32) & (DEPOT_SHARDS - 1);
 }
 
+/* Blocks of a depot chain come with words the depot and the mailbox wrote
+ * beyond the link and the key (a group's head, a parcel's addresses), so
+ * a page of this heap's that still says its free blocks are zero (is_zero,
+ * which calloc reads for a medium class's block: zero_block) says so no
+ * more. Only a remote free collected or delivered clears the flag
+ * otherwise, and these blocks came home by neither: a producer's calloc
+ * got blocks its consumer had freed into the depot with those words in
+ * them. A medium chain holds a few blocks (DEPOT_TAKE_BYTES). */
+static void depot_blocks_not_zero(shoal_heap_t *heap, shoal_block_t *block) {
+  for (; block != NULL; block = block->next) {
+    shoal_page_t *page = segment_page_of(segment_of(block), block);
+    if (atomic_load_explicit(&page->owner, memory_order_relaxed) == (uintptr_t)heap)
+      page->is_zero = 0;
+  }
+}
+
 /* First of all, before the heap's own pages, chains of the class that
  * other threads freed (depot.c), as the class cache's blocks, which the
  * class's cache is empty for (heap_find_page reset it). First:
@@ -1016,6 +1042,8 @@ static shoal_page_t *heap_depot_take(shoal_heap_t *heap, uint8_t size_class) {
   depot_note_wanted(size_class, now);
   chain_t chain = depot_take(size_class, now, heap_depot_home(heap));
   if (chain.head == NULL) return NULL;
+  if (SHOAL_AUDIT) audit_chain(NULL, size_class, chain.head, NULL, chain.count);
+  if (size_class >= DIRECT_CLASSES) depot_blocks_not_zero(heap, chain.head);
   class_cache_mark(heap, size_class);
   shoal_page_t *cache = &heap->class_cache[size_class];
   cache->free = chain.head;

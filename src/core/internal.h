@@ -43,6 +43,25 @@
 #define CACHE_LINE_SIZE 64
 #define cache_aligned   __attribute__((aligned(CACHE_LINE_SIZE)))
 
+/* ---- audits ----
+ * A build with SHOAL_AUDIT (CMake option; the sanitizer suites of make test
+ * use it) checks every free list where it changes hands: a block handed out
+ * must be free (its key set), a chain pushed or taken must hold the blocks
+ * it counts, a page given back must have every block it carved free. A
+ * block on two lists, or freed while live, is then caught where it
+ * happens, not where the program next reads it. Release builds compile the
+ * checks away. page.c reports. */
+#ifndef SHOAL_AUDIT
+#define SHOAL_AUDIT 0
+#endif
+void audit_failed(const char *what, const void *block, long first, long second)
+    __attribute__((__noreturn__, __cold__));
+#define AUDIT(condition, what, block, first, second)                                               \
+  do {                                                                                             \
+    if (SHOAL_AUDIT && unlikely(!(condition)))                                                     \
+      audit_failed(what, block, (long)(first), (long)(second));                                    \
+  } while (0)
+
 /* Addresses in messages: "0x" and hex on every platform (%p prints no 0x
  * with some C runtimes, Windows' among them). */
 #define ADDRESS_FORMAT "0x%" PRIxPTR
@@ -788,6 +807,10 @@ size_t page_collect(shoal_page_t *page);
 bool page_collect_if_emptied(shoal_page_t *page); /* all out blocks freed remotely: empty now */
 bool page_collect_queued(shoal_page_t *page);     /* a queued page's remote frees, lock-free */
 bool page_park_full(shoal_page_t *page); /* arm the notify bit; false: it had remote frees */
+/* SHOAL_AUDIT: `count` free blocks linked from head (to tail, if not NULL;
+ * else to the list's end), each of the class, or of the page if not NULL. */
+void audit_chain(const shoal_page_t *page, uint8_t size_class, const shoal_block_t *head,
+                 const shoal_block_t *tail, uint32_t count);
 shoal_block_t *page_take_remote_armed(shoal_page_t *page); /* a pool page's (pool.c) */
 bool page_unpark(shoal_page_t *page); /* disarm; false: a notification is on its way */
 /* A chain of `count` blocks of the page, head to tail, freed by another
@@ -1081,6 +1104,7 @@ static inline bool class_cache_marked(const shoal_heap_t *heap, uint8_t size_cla
 static inline void *page_pop(shoal_heap_t *heap, shoal_page_t *page) {
   (void)heap;
   shoal_block_t *block = page->free;
+  AUDIT(block->key == free_key, "a block handed out is not free", block, page->size_class, 0);
   shoal_block_t *next = block->next;
   page->free = next;
   __builtin_prefetch(next, 1, 3);

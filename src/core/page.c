@@ -20,6 +20,7 @@
  * (FastMM's release stack, seed 003, made lock-free and per page). */
 #include "core/internal.h"
 
+#include <inttypes.h>
 #include <string.h>
 
 #define NOTIFY_BIT   ((uintptr_t)1)
@@ -121,6 +122,8 @@ size_t page_collect(shoal_page_t *page) {
   shoal_block_t *list = (shoal_block_t *)(word & POINTER_MASK);
   uint32_t count = (uint32_t)(word >> XTHREAD_COUNT_SHIFT);
   if (list == NULL) return 0;
+  AUDIT(count <= page->used, "other threads freed more blocks than the page has out", list, count,
+        page->used);
   if (page->free != NULL) {
     shoal_block_t *tail = list;
     while (tail->next != NULL) tail = tail->next;
@@ -182,6 +185,26 @@ bool page_unpark(shoal_page_t *page) {
 
 static shoal_heap_t *page_notify_owner(shoal_page_t *page);
 
+slow_path void audit_failed(const char *what, const void *block, long first, long second) {
+  message("audit: %s: block " ADDRESS_FORMAT " (%ld, %ld)", what, ADDRESS_ARG(block), first,
+          second);
+  os_abort();
+}
+
+void audit_chain(const shoal_page_t *page, uint8_t size_class, const shoal_block_t *head,
+                 const shoal_block_t *tail, uint32_t count) {
+  uint32_t seen = 0;
+  for (const shoal_block_t *block = head; block != NULL; block = block->next) {
+    const shoal_page_t *home = segment_page_of(segment_of(block), block);
+    AUDIT(block->key == free_key, "a chain holds a block that is not free", block, seen, count);
+    AUDIT(page != NULL ? home == page : home->shared_class == size_class,
+          "a chain holds a block of another page", block, seen, count);
+    AUDIT(++seen <= count, "a chain is longer than its count", block, seen, count);
+    if (block == tail) break;
+  }
+  AUDIT(seen == count, "a chain is shorter than its count", head, seen, count);
+}
+
 /* Blocks freed by a thread that does not own the page, `count` of them
  * linked from head to tail: one CAS (retried only if another thread pushed
  * at the same instant); the first push onto a parked page tells the owner. */
@@ -190,6 +213,7 @@ shoal_heap_t *page_push_remote(shoal_page_t *page, shoal_block_t *head, shoal_bl
   /* Read while the blocks pushed keep the page in use: once they are on
    * its list, its owner may collect them and give the page back. */
   shoal_heap_t *owner = (shoal_heap_t *)atomic_load_explicit(&page->owner, memory_order_relaxed);
+  if (SHOAL_AUDIT) audit_chain(page, 0, head, tail, count);
   uintptr_t word = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
   uintptr_t desired;
   do {
