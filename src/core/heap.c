@@ -1417,8 +1417,9 @@ void heap_mailbox_deliver(shoal_heap_t *heap) {
   if (by_owner) heap_slow_enter(heap);
   while (parcel != NULL) {
     parcel_t *next = parcel->next;
-    for (uint32_t i = 0; i < parcel->count; i++) {
-      if (i + 1 < parcel->count) /* the next block's page descriptor, while this one's waits */
+    uint32_t count = parcel->count;
+    for (uint32_t i = 0; i < count; i++) {
+      if (i + 1 < count) /* the next block's page descriptor, while this one's waits */
         __builtin_prefetch(&page_of_block(parcel->blocks[i + 1])->free, 1);
       mail_deliver_block(heap, parcel->blocks[i], by_owner);
     }
@@ -1450,10 +1451,14 @@ static void mailbox_overflow(shoal_heap_t *heap, shoal_heap_t *owner) {
   int64_t now = os_now_ms();
   for (parcel_t *next; parcel != NULL; parcel = next) {
     next = parcel->next;
-    for (uint32_t i = 0; i <= parcel->count; i++) {
-      /* The parcel's own block last: its words are read until then. */
-      shoal_block_t *block =
-          i < parcel->count ? parcel->blocks[i] : (shoal_block_t *)(void *)parcel;
+    /* Read once: the parcel's own block goes last, and once delivered it is
+     * its owner's to hand out again, so the loop must not read its count
+     * after it. Read again, it ran on over what the next holder wrote there
+     * (another sender's parcel of blocks in flight: each delivered twice, a
+     * page's list made a cycle, a block handed out to two callers). */
+    uint32_t count = parcel->count;
+    for (uint32_t i = 0; i <= count; i++) {
+      shoal_block_t *block = i < count ? parcel->blocks[i] : (shoal_block_t *)(void *)parcel;
       uint8_t size_class = page_of_block(block)->shared_class;
       if (size_class < DIRECT_CLASSES || size_class >= CLASS_COUNT ||
           !depot_is_wanted(size_class, now)) {

@@ -205,6 +205,23 @@ void audit_chain(const shoal_page_t *page, uint8_t size_class, const shoal_block
   AUDIT(seen == count, "a chain is shorter than its count", head, seen, count);
 }
 
+/* SHOAL_AUDIT: what follows the link and the key in blocks about to go
+ * onto a page's remote list, overwritten: once pushed they are the
+ * owner's, and a sender that still read them (a parcel's count, once)
+ * reads this instead. A class page's blocks only (a pool page keeps its
+ * own words); blocks that come home so are never taken for zero
+ * (page_collect clears is_zero). */
+#define AUDIT_POISON_WORDS 8
+static void audit_poison(const shoal_page_t *page, shoal_block_t *head, shoal_block_t *tail) {
+  if (page->shared_class >= CLASS_COUNT) return;
+  size_t words = page->shared_block_size / WORD_SIZE;
+  if (words > AUDIT_POISON_WORDS) words = AUDIT_POISON_WORDS;
+  for (shoal_block_t *block = head;; block = block->next) {
+    for (size_t i = 2; i < words; i++) ((uintptr_t *)block)[i] = (uintptr_t)0xa5a5a5a5a5a5a5a5u;
+    if (block == tail) break;
+  }
+}
+
 /* Blocks freed by a thread that does not own the page, `count` of them
  * linked from head to tail: one CAS (retried only if another thread pushed
  * at the same instant); the first push onto a parked page tells the owner. */
@@ -213,7 +230,10 @@ shoal_heap_t *page_push_remote(shoal_page_t *page, shoal_block_t *head, shoal_bl
   /* Read while the blocks pushed keep the page in use: once they are on
    * its list, its owner may collect them and give the page back. */
   shoal_heap_t *owner = (shoal_heap_t *)atomic_load_explicit(&page->owner, memory_order_relaxed);
-  if (SHOAL_AUDIT) audit_chain(page, 0, head, tail, count);
+  if (SHOAL_AUDIT) {
+    audit_chain(page, 0, head, tail, count);
+    audit_poison(page, head, tail);
+  }
   uintptr_t word = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
   uintptr_t desired;
   do {

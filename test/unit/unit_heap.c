@@ -898,6 +898,82 @@ static void test_looks_after_pushes_only(void) {
   run_in_thread(looks_after_pushes_only);
 }
 
+/* ---- a mailbox's overflow ---- */
+
+/* A sender whose post finds the owner's mailbox past its bound, from many
+ * senders, takes the parcels out (heap.c, mailbox_overflow) and sends home
+ * the blocks of classes nobody wanted lately, the parcel's own block last:
+ * from then on that block is the owner's, which may hand it out at once.
+ * The overflow once read the parcel's count again after it, and so ran on
+ * over what the block's next holder wrote there (the torture build of
+ * larson: another sender's parcel, its blocks delivered twice, a page's
+ * list made a cycle). An audit build overwrites what follows a block's key
+ * as it goes onto a page's list (page.c, audit_poison), so such a read
+ * runs on at once, in any run. Here every post overflows (the bound and
+ * the senders forced, and no depot wanted: a purge delay of 0), and the
+ * owner, which waits, finds every block of its sent home. */
+enum { OVERFLOW_SIZE = 2048, OVERFLOW_BLOCKS = 64 };
+static void *overflow_blocks[OVERFLOW_BLOCKS];
+static shoal_heap_t *overflow_owner;
+static pthread_barrier_t overflow_line;
+
+static void *overflow_owner_run(void *arg) {
+  (void)arg;
+  for (size_t i = 0; i < OVERFLOW_BLOCKS; i++) overflow_blocks[i] = shoal_malloc(OVERFLOW_SIZE);
+  overflow_owner = thread_heap;
+  pthread_barrier_wait(&overflow_line);
+  pthread_barrier_wait(&overflow_line); /* the sender is done */
+  size_t home = 0;
+  for (size_t i = 0; i < OVERFLOW_BLOCKS; i++) {
+    shoal_page_t *page = segment_page_of(segment_of(overflow_blocks[i]), overflow_blocks[i]);
+    page_collect(page);
+  }
+  for (size_t i = 0; i < OVERFLOW_BLOCKS; i++) {
+    shoal_page_t *page = segment_page_of(segment_of(overflow_blocks[i]), overflow_blocks[i]);
+    size_t found = 0, length = 0;
+    for (shoal_block_t *block = page->free; block != NULL && length <= page->reserved;
+         block = block->next, length++)
+      found += block == overflow_blocks[i];
+    CHECK_CTX(found <= 1 && length <= page->reserved, "block %p %zu times on its page's list",
+              overflow_blocks[i], found);
+    home += found;
+  }
+  /* All but the few the sender's class cache keeps (none where the
+   * owner's pages are guests in the sender's segment: those go home). */
+  size_t cached = REMOTE_CACHE_BYTES / OVERFLOW_SIZE;
+  CHECK_CTX(home >= OVERFLOW_BLOCKS - cached, "%zu of %d blocks home", home, OVERFLOW_BLOCKS);
+  return NULL;
+}
+
+static void *overflow_sender_run(void *arg) {
+  (void)arg;
+  void *own = shoal_malloc(OVERFLOW_SIZE); /* it allocates the class: its frees go by owner */
+  pthread_barrier_wait(&overflow_line);
+  for (size_t i = 0; i < OVERFLOW_BLOCKS; i++) {
+    atomic_store(&overflow_owner->mailbox_bytes, MAILBOX_DELIVER_BYTES);
+    atomic_store(&overflow_owner->mailbox_sender_changes, MAILBOX_MANY_SENDERS);
+    shoal_free(overflow_blocks[i]); /* past its class cache's few: a parcel of its own */
+    heap_outbox_flush(thread_heap); /* posted, the mailbox overflows */
+    CHECK(atomic_load(&overflow_owner->mailbox) == NULL);
+  }
+  pthread_barrier_wait(&overflow_line);
+  shoal_free(own);
+  return NULL;
+}
+
+static void test_mailbox_overflow(void) {
+  long purge_delay_option = shoal_option_get(SHOAL_OPTION_PURGE_DELAY);
+  shoal_option_set(SHOAL_OPTION_PURGE_DELAY, 0);
+  CHECK(pthread_barrier_init(&overflow_line, NULL, 2) == 0);
+  pthread_t owner, sender;
+  CHECK(pthread_create(&owner, NULL, overflow_owner_run, NULL) == 0);
+  CHECK(pthread_create(&sender, NULL, overflow_sender_run, NULL) == 0);
+  CHECK(pthread_join(sender, NULL) == 0);
+  CHECK(pthread_join(owner, NULL) == 0);
+  pthread_barrier_destroy(&overflow_line);
+  shoal_option_set(SHOAL_OPTION_PURGE_DELAY, purge_delay_option);
+}
+
 /* ---- a live thread reuses a dead thread's segments ---- */
 
 enum { DEAD_BLOCKS = 3000, DEAD_KEPT_EVERY = 500, DEAD_SIZE = 4096 };
@@ -1595,6 +1671,7 @@ int main(void) {
   test_borrow();
   test_remote_emptied_retired();
   test_looks_after_pushes_only();
+  test_mailbox_overflow();
   test_cached_segment_pending();
   test_trim_put_off_while_drawn();
   test_retired_segments_come_back();
