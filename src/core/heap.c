@@ -1503,8 +1503,11 @@ static void blocks_send_home(shoal_heap_t *heap, shoal_block_t *block) {
 }
 
 /* Every class's chains home (or only those nobody took one of for a purge
- * delay), with the outbox: home only meanwhile. */
+ * delay), with the outbox: home only meanwhile, and after it as before (a
+ * drain may start inside another, or inside a flush of the class caches,
+ * through the outbox's flush: the outer one goes on home only). */
 static void heap_depot_drain(shoal_heap_t *heap, bool stale_only, int64_t now) {
+  bool home_only_before = heap->outbox_home_only;
   heap->outbox_home_only = true;
   heap_outbox_flush(heap);
   for (uint8_t size_class = DEPOT_FIRST_CLASS; size_class < CLASS_COUNT; size_class++) {
@@ -1518,7 +1521,7 @@ static void heap_depot_drain(shoal_heap_t *heap, bool stale_only, int64_t now) {
       blocks_send_home(heap, chain.head);
   }
   heap_outbox_flush(heap);
-  heap->outbox_home_only = false;
+  heap->outbox_home_only = home_only_before;
 }
 
 /* A depot this thread found stale while sending a chain: its chains go
@@ -1542,6 +1545,7 @@ static void heap_depot_check(shoal_heap_t *heap) {
 
 /* Send every cached block home, e.g. when the thread ends. */
 void heap_class_cache_flush(shoal_heap_t *heap) {
+  bool home_only_before = heap->outbox_home_only;
   heap->outbox_home_only = true;
   for (uint8_t size_class = 0; size_class < CLASS_COUNT; size_class++) {
     if (!class_cache_marked(heap, size_class)) continue; /* its cache was never used */
@@ -1552,7 +1556,7 @@ void heap_class_cache_flush(shoal_heap_t *heap) {
     blocks_send_home(heap, block);
   }
   heap_outbox_flush(heap);
-  heap->outbox_home_only = false;
+  heap->outbox_home_only = home_only_before;
 }
 
 static slow_path void *out_of_memory(void) {
