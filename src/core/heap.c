@@ -183,12 +183,7 @@ static void heap_give_back_guest(shoal_heap_t *heap, shoal_page_t *page);
 
 /* A page's slices to its segment, the heap's (held by the caller). */
 static void heap_slices_back(shoal_heap_t *heap, shoal_page_t *page) {
-  if (SHOAL_AUDIT && page->size_class < CLASS_COUNT)
-    for (uint32_t i = 0; i < page->capacity; i++) {
-      const shoal_block_t *block = (const void *)(page->start + (size_t)i * page->block_size);
-      AUDIT(block->key == free_key, "a page given back holds a live block", block, i,
-            page->capacity);
-    }
+  if (SHOAL_AUDIT) audit_page_empty(page);
   segment_page_free(heap, page);
   if (heap->purge_pending_bytes >= LEND_MIN_PENDING_BYTES) heap_slots_note(&lenders, heap);
 }

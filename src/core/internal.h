@@ -811,6 +811,7 @@ bool page_park_full(shoal_page_t *page); /* arm the notify bit; false: it had re
  * else to the list's end), each of the class, or of the page if not NULL. */
 void audit_chain(const shoal_page_t *page, uint8_t size_class, const shoal_block_t *head,
                  const shoal_block_t *tail, uint32_t count);
+void audit_page_empty(const shoal_page_t *page); /* every block a class page carved is free */
 shoal_block_t *page_take_remote_armed(shoal_page_t *page); /* a pool page's (pool.c) */
 bool page_unpark(shoal_page_t *page); /* disarm; false: a notification is on its way */
 /* A chain of `count` blocks of the page, head to tail, freed by another

@@ -205,6 +205,14 @@ void audit_chain(const shoal_page_t *page, uint8_t size_class, const shoal_block
   AUDIT(seen == count, "a chain is shorter than its count", head, seen, count);
 }
 
+void audit_page_empty(const shoal_page_t *page) {
+  if (page->size_class >= CLASS_COUNT) return;
+  for (uint32_t i = 0; i < page->capacity; i++) {
+    const shoal_block_t *block = (const void *)(page->start + (size_t)i * page->block_size);
+    AUDIT(block->key == free_key, "a page given back holds a live block", block, i, page->capacity);
+  }
+}
+
 /* SHOAL_AUDIT: what follows the link and the key in blocks about to go
  * onto a page's remote list, overwritten: once pushed they are the
  * owner's, and a sender that still read them (a parcel's count, once)
